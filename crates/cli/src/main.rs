@@ -1,0 +1,372 @@
+//! `znippy`: compress a directory into a seekable `.znippy` archive, pull single
+//! files back out in milliseconds, list and search metadata without reading blobs.
+
+mod meta_args;
+mod progress;
+
+use std::collections::HashSet;
+use std::fs::File;
+use std::io::{BufWriter, Write};
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use anyhow::{bail, Context, Result};
+use clap::{Parser, Subcommand};
+use znippy_format::{
+    append, compress, extract_all, scan_dir, Archive, ArchiveProps, InputFile, MetaSearch,
+    MetaUpdate, Metadata, ScannedFile,
+};
+
+use progress::{human, Progress};
+
+#[derive(Parser)]
+#[command(name = "znippy", version, about = "A seekable, deduplicating archiver with an Arrow index")]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Compress a directory into a new archive.
+    Compress {
+        /// Directory to archive; its files are stored relative to it.
+        dir: PathBuf,
+        /// Archive to write.
+        #[arg(short, long)]
+        output: PathBuf,
+        /// Compression threads (default: all cores).
+        #[arg(long)]
+        threads: Option<usize>,
+        /// zstd level.
+        #[arg(long, default_value_t = ArchiveProps::default().level)]
+        level: i32,
+        /// Size of the pieces large files are cut into, in bytes.
+        #[arg(long, default_value_t = ArchiveProps::default().chunk_size)]
+        chunk_size: u64,
+        /// Files up to this size are packed together, in bytes.
+        #[arg(long, default_value_t = ArchiveProps::default().pack_threshold)]
+        pack_threshold: u64,
+        /// Metadata about a file: 'path=key=value' (value '@file' reads bytes).
+        #[arg(long = "meta", value_name = "PATH=KEY=VALUE")]
+        meta: Vec<String>,
+        /// Metadata about the archive: 'key=value'.
+        #[arg(long = "meta-archive", value_name = "KEY=VALUE")]
+        meta_archive: Vec<String>,
+    },
+    /// Extract every file of an archive into a directory.
+    Decompress {
+        archive: PathBuf,
+        /// Target directory (created if needed).
+        #[arg(short, long)]
+        output: PathBuf,
+        /// Threads (default: all cores).
+        #[arg(long)]
+        threads: Option<usize>,
+    },
+    /// List the files of an archive (reads no blob).
+    List {
+        archive: PathBuf,
+        /// Only paths starting with this.
+        #[arg(short, long, default_value = "")]
+        prefix: String,
+        /// Show mode and size too.
+        #[arg(short, long)]
+        long: bool,
+    },
+    /// Write one file's bytes to stdout or to a file, verified.
+    Get {
+        archive: PathBuf,
+        /// Path inside the archive.
+        path: String,
+        /// Write here instead of stdout.
+        #[arg(short, long)]
+        output: Option<PathBuf>,
+    },
+    /// Check every section and every slice against its checksum.
+    Verify {
+        archive: PathBuf,
+        /// Threads (default: all cores).
+        #[arg(long)]
+        threads: Option<usize>,
+    },
+    /// Show properties, sections, counts and sizes.
+    Info { archive: PathBuf },
+    /// Search metadata by key or key prefix. Exit status: 0 hits, 1 no match,
+    /// 2 the archive has no metadata section, 3 error.
+    Meta {
+        archive: PathBuf,
+        /// Exact key.
+        #[arg(short, long, conflicts_with = "prefix", required_unless_present = "prefix")]
+        key: Option<String>,
+        /// Key prefix.
+        #[arg(short, long)]
+        prefix: Option<String>,
+        /// Print only the paths of matching rows ('-' for archive-level rows).
+        #[arg(long)]
+        paths_only: bool,
+    },
+    /// Append files to an archive; a path already present is replaced.
+    Append {
+        archive: PathBuf,
+        /// Directories (stored relative to themselves) or files (stored under the
+        /// path as given).
+        #[arg(required_unless_present_any = ["meta", "meta_archive"])]
+        inputs: Vec<PathBuf>,
+        /// Metadata about a file: 'path=key=value' (value '@file' reads bytes).
+        #[arg(long = "meta", value_name = "PATH=KEY=VALUE")]
+        meta: Vec<String>,
+        /// Metadata about the archive: 'key=value'.
+        #[arg(long = "meta-archive", value_name = "KEY=VALUE")]
+        meta_archive: Vec<String>,
+        /// Compression threads (default: all cores).
+        #[arg(long)]
+        threads: Option<usize>,
+    },
+}
+
+fn threads(n: Option<usize>) -> usize {
+    n.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let is_meta = matches!(cli.cmd, Cmd::Meta { .. });
+    match run(cli.cmd) {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("znippy: {e:#}");
+            ExitCode::from(if is_meta { 3 } else { 1 })
+        }
+    }
+}
+
+fn open(path: &Path) -> Result<Archive<File>> {
+    let f = File::open(path).with_context(|| format!("opening {}", path.display()))?;
+    Archive::open(f).with_context(|| format!("reading {}", path.display()))
+}
+
+fn run(cmd: Cmd) -> Result<ExitCode> {
+    match cmd {
+        Cmd::Compress {
+            dir,
+            output,
+            threads: t,
+            level,
+            chunk_size,
+            pack_threshold,
+            meta,
+            meta_archive,
+        } => {
+            let props = ArchiveProps {
+                chunk_size,
+                pack_threshold,
+                level,
+            };
+            props.validate()?;
+            let meta = match meta_args::table(&meta, &meta_archive)? {
+                Some(t) => Metadata::Present(t),
+                None => Metadata::Absent,
+            };
+            let files = scan_dir(&dir)?;
+            let total = files.iter().map(|f| f.size).sum();
+            let bar = Progress::new(total, "compress");
+            let tmp = output.with_extension("znippy.partial");
+            let out = File::create(&tmp).with_context(|| format!("creating {}", tmp.display()))?;
+            let mut out = BufWriter::new(out);
+            let inputs = files.iter().map(|f| Ok(f.input()));
+            let result = compress(&mut out, [inputs], props, threads(t), &meta, &mut |n| bar.inc(n));
+            let summary = match result {
+                Ok(s) => s,
+                Err(e) => {
+                    drop(out);
+                    let _ = std::fs::remove_file(&tmp);
+                    return Err(e.into());
+                }
+            };
+            drop(out);
+            std::fs::rename(&tmp, &output).with_context(|| format!("writing {}", output.display()))?;
+            bar.finish("compressed", summary.files, summary.bytes_in, summary.archive_len);
+        }
+        Cmd::Decompress {
+            archive,
+            output,
+            threads: t,
+        } => {
+            let a = open(&archive)?;
+            let bar = Progress::new(a.entries("")?.iter().map(|e| e.size).sum(), "decompress");
+            let stats = extract_all(&a, &output, threads(t), &|n| bar.inc(n))?;
+            bar.finish("extracted", stats.files, stats.bytes, a.archive_len());
+        }
+        Cmd::List {
+            archive,
+            prefix,
+            long,
+        } => {
+            let a = open(&archive)?;
+            let mut out = BufWriter::new(std::io::stdout().lock());
+            if long {
+                for e in a.entries(&prefix)? {
+                    let mode = e.mode.map_or("-".to_string(), |m| format!("{m:04o}"));
+                    writeln!(out, "{mode} {:>12} {}", e.size, e.path)?;
+                }
+            } else {
+                for p in a.list(&prefix)? {
+                    writeln!(out, "{p}")?;
+                }
+            }
+            out.flush()?;
+        }
+        Cmd::Get {
+            archive,
+            path,
+            output,
+        } => {
+            let a = open(&archive)?;
+            match output {
+                None => {
+                    let mut out = BufWriter::new(std::io::stdout().lock());
+                    a.read_file(&path, &mut out)?;
+                    out.flush()?;
+                }
+                Some(dest) => {
+                    // Written beside the target and renamed, so a failed check
+                    // leaves no half-written file behind.
+                    let tmp = dest.with_extension("znippy-get.partial");
+                    let mut out = BufWriter::new(
+                        File::create(&tmp).with_context(|| format!("creating {}", tmp.display()))?,
+                    );
+                    let res = a.read_file(&path, &mut out).map_err(anyhow::Error::from).and_then(|_| {
+                        out.flush()?;
+                        Ok(())
+                    });
+                    drop(out);
+                    if let Err(e) = res {
+                        let _ = std::fs::remove_file(&tmp);
+                        return Err(e);
+                    }
+                    std::fs::rename(&tmp, &dest)?;
+                }
+            }
+        }
+        Cmd::Verify { archive, threads: t } => {
+            let a = open(&archive)?;
+            let n = a.verify(threads(t))?;
+            println!("ok: {n} slices and {} sections verified", a.sections().len());
+        }
+        Cmd::Info { archive } => info(&archive)?,
+        Cmd::Meta {
+            archive,
+            key,
+            prefix,
+            paths_only,
+        } => {
+            let a = open(&archive)?;
+            let md = a.metadata()?;
+            let found = match (&key, &prefix) {
+                (Some(k), _) => md.by_key(k),
+                (None, Some(p)) => md.by_prefix(p),
+                (None, None) => bail!("give --key or --prefix"),
+            };
+            let rows = match found {
+                MetaSearch::NoSection => {
+                    eprintln!("znippy: {} has no metadata section", archive.display());
+                    return Ok(ExitCode::from(2));
+                }
+                MetaSearch::NoMatch => return Ok(ExitCode::from(1)),
+                MetaSearch::Hits(rows) => rows,
+            };
+            let mut out = BufWriter::new(std::io::stdout().lock());
+            for r in rows {
+                let path = r.path.as_deref().unwrap_or("-");
+                if paths_only {
+                    writeln!(out, "{path}")?;
+                } else {
+                    writeln!(out, "{path}\t{}\t{}\t{}", r.key, r.value.type_name(), r.value)?;
+                }
+            }
+            out.flush()?;
+        }
+        Cmd::Append {
+            archive,
+            inputs,
+            meta,
+            meta_archive,
+            threads: t,
+        } => {
+            let set = meta_args::table(&meta, &meta_archive)?;
+            let files = gather(&inputs)?;
+            let total = files.iter().map(|f| f.size).sum();
+            let bar = Progress::new(total, "append");
+            let batch = files.iter().map(|f| Ok::<InputFile, _>(f.input()));
+            let s = append(&archive, batch, MetaUpdate { set }, threads(t), &mut |n| bar.inc(n))?;
+            bar.finish("appended", s.files, s.bytes_in, s.archive_len);
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The files of an append, in argument order: a directory's files relative to it,
+/// a file under the path given. The same path twice is refused.
+fn gather(inputs: &[PathBuf]) -> Result<Vec<ScannedFile>> {
+    use std::os::unix::fs::PermissionsExt;
+    let mut out = Vec::new();
+    for input in inputs {
+        let m = std::fs::metadata(input).with_context(|| format!("reading {}", input.display()))?;
+        if m.is_dir() {
+            out.extend(scan_dir(input)?);
+        } else if m.is_file() {
+            let given = input.to_str().with_context(|| format!("{} is not UTF-8", input.display()))?;
+            let path = given.trim_start_matches("./").to_string();
+            znippy_format::validate_path(&path)
+                .with_context(|| format!("{given} cannot be an archive path; give a relative path below the current directory"))?;
+            out.push(ScannedFile {
+                path,
+                disk_path: input.clone(),
+                size: m.len(),
+                mode: m.permissions().mode() & 0o7777,
+            });
+        } else {
+            bail!("{} is not a file or directory", input.display());
+        }
+    }
+    let mut seen = HashSet::new();
+    for f in &out {
+        if !seen.insert(f.path.as_str()) {
+            bail!("{} is given twice in one append", f.path);
+        }
+    }
+    Ok(out)
+}
+
+fn info(path: &Path) -> Result<()> {
+    let a = open(path)?;
+    let p = a.props();
+    let entries = a.entries("")?;
+    let raw: u64 = entries.iter().map(|e| e.size).sum();
+    println!("archive        {}", path.display());
+    println!("size           {} ({} bytes)", human(a.archive_len()), a.archive_len());
+    println!("files          {}", entries.len());
+    println!("slices         {}", a.row_count());
+    println!("uncompressed   {} ({raw} bytes)", human(raw));
+    println!("blob region    {} ({} bytes)", human(a.blob_end()), a.blob_end());
+    let ratio = if a.archive_len() == 0 { 0.0 } else { raw as f64 / a.archive_len() as f64 };
+    println!("ratio          {ratio:.3}");
+    println!(
+        "properties     codec={} level={} chunk_size={} pack_threshold={}",
+        znippy_format::CODEC,
+        p.level,
+        p.chunk_size,
+        p.pack_threshold
+    );
+    println!("trie           {:?}", a.trie_state());
+    println!("sections:");
+    println!("  {:>8} {:<20} {:>12} {:>12} {:>10}", "pkg_type", "module", "offset", "length", "rows");
+    for s in a.sections() {
+        println!(
+            "  {:>8} {:<20} {:>12} {:>12} {:>10}",
+            s.pkg_type, s.module_name, s.index_offset, s.index_len, s.row_count
+        );
+    }
+    Ok(())
+}

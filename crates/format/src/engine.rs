@@ -1,0 +1,610 @@
+//! The compression engine: cuts files into slices, packs the small ones, hashes,
+//! deduplicates, compresses on a worker pool and writes blobs in order.
+//!
+//! ```text
+//!  producer (caller's thread)      workers (N threads)         writer (1 thread)
+//!  read, cut, hash, dedupe   ──►   zstd into reused buffers ──►  reorder by job id,
+//!  pack small files                keep raw if it won't shrink    write, note offsets
+//!        ▲                                                              │
+//!        └──────────────── buffers come back through the pool ◄─────────┘
+//! ```
+//!
+//! Every decision that shapes the output (slicing, packing, dedupe, job numbering)
+//! is made by the single producer from the ordered input, and the writer places
+//! blobs strictly in job order, so the archive bytes do not depend on the number
+//! of workers or on timing. Memory is bounded by the pool: `2 × workers + 2`
+//! buffer pairs of about `chunk_size` each, whatever the size of the input.
+
+use std::collections::{BTreeMap, HashMap};
+use std::fs::File;
+use std::io::{self, BufWriter, Read, Write};
+use std::path::PathBuf;
+use std::sync::mpsc::{self, Receiver, SyncSender};
+use std::sync::{Arc, Mutex};
+
+use crate::error::{Error, Result};
+use crate::path;
+use crate::props::ArchiveProps;
+use crate::row::SliceRow;
+
+/// Where the bytes of one input file come from.
+pub enum Source {
+    /// A file on disk, opened when the engine reaches it.
+    Path(PathBuf),
+    /// Any byte stream, read to its end.
+    Reader(Box<dyn Read + Send>),
+}
+
+impl std::fmt::Debug for Source {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Source::Path(p) => f.debug_tuple("Path").field(p).finish(),
+            Source::Reader(_) => f.write_str("Reader(..)"),
+        }
+    }
+}
+
+/// One file of a batch.
+#[derive(Debug)]
+pub struct InputFile {
+    /// The archive path (validated by the engine).
+    pub path: String,
+    /// Unix permission bits, when known.
+    pub mode: Option<u32>,
+    /// Where its bytes come from.
+    pub source: Source,
+}
+
+impl InputFile {
+    /// A file whose bytes are in memory.
+    pub fn from_bytes(path: impl Into<String>, bytes: Vec<u8>, mode: Option<u32>) -> Self {
+        InputFile {
+            path: path.into(),
+            mode,
+            source: Source::Reader(Box::new(io::Cursor::new(bytes))),
+        }
+    }
+}
+
+/// Extensions of formats that are already compressed: stored without trying zstd.
+const STORED_EXTENSIONS: &[&str] = &[
+    "7z", "apk", "avif", "br", "bz2", "crate", "deb", "docx", "epub", "gif", "gz", "heic", "jar",
+    "jpeg", "jpg", "lz4", "lzma", "mkv", "mov", "mp3", "mp4", "odt", "ogg", "parquet", "png",
+    "pptx", "rar", "rpm", "tbz2", "tgz", "txz", "webm", "webp", "whl", "woff2", "xlsx", "xz",
+    "zip", "zst",
+];
+
+fn already_compressed(path: &str) -> bool {
+    let name = path.rsplit('/').next().unwrap_or(path);
+    match name.rsplit_once('.') {
+        Some((stem, ext)) if !stem.is_empty() => STORED_EXTENSIONS
+            .iter()
+            .any(|e| e.eq_ignore_ascii_case(ext)),
+        _ => false,
+    }
+}
+
+/// Where a blob landed in the archive.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct BlobLoc {
+    offset: u64,
+    size: u64,
+    compressed: bool,
+}
+
+/// A slice location known to the dedupe map.
+#[derive(Debug, Clone, Copy)]
+enum Blob {
+    Written(BlobLoc),
+    Job(u64),
+}
+
+#[derive(Debug, Clone, Copy)]
+struct SliceLoc {
+    blob: Blob,
+    inner: u64,
+}
+
+/// One unit of work: the bytes of one future blob.
+struct Job {
+    id: u64,
+    input: Vec<u8>,
+    output: Vec<u8>,
+    try_compress: bool,
+    compressed: bool,
+}
+
+type Buffers = (Vec<u8>, Vec<u8>);
+
+/// Statistics of one batch.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct BatchStats {
+    /// Files in the batch.
+    pub files: u64,
+    /// Bytes of input read.
+    pub bytes_in: u64,
+    /// Blob bytes written.
+    pub bytes_written: u64,
+    /// Slices that pointed at an existing identical slice instead of being written.
+    pub deduped_slices: u64,
+}
+
+/// The engine's state across batches: the dedupe map, the next chunk number and
+/// the end of the blob region.
+#[derive(Debug)]
+pub struct Engine {
+    props: ArchiveProps,
+    workers: usize,
+    known: HashMap<[u8; 32], SliceLoc>,
+    next_seq: u64,
+    blob_end: u64,
+}
+
+impl Engine {
+    /// An engine for a new archive, with `workers` compression threads (at least 1).
+    pub fn new(props: ArchiveProps, workers: usize) -> Result<Self> {
+        props.validate()?;
+        Ok(Engine {
+            props,
+            workers: workers.max(1),
+            known: HashMap::new(),
+            next_seq: 0,
+            blob_end: 0,
+        })
+    }
+
+    /// An engine that continues an archive whose live rows are `rows` and whose
+    /// blob region ends at `blob_end`: new slices dedupe against the old ones.
+    pub fn resume(
+        props: ArchiveProps,
+        workers: usize,
+        rows: &[SliceRow],
+        blob_end: u64,
+    ) -> Result<Self> {
+        let mut e = Engine::new(props, workers)?;
+        for r in rows {
+            let loc = SliceLoc {
+                blob: Blob::Written(BlobLoc {
+                    offset: r.blob_offset,
+                    size: r.blob_size,
+                    compressed: r.compressed,
+                }),
+                inner: r.blob_inner_offset,
+            };
+            e.known.entry(r.checksum).or_insert(loc);
+        }
+        e.next_seq = rows.iter().map(|r| r.chunk_seq + 1).max().unwrap_or(0);
+        e.blob_end = blob_end;
+        Ok(e)
+    }
+
+    /// The archive properties.
+    pub fn props(&self) -> ArchiveProps {
+        self.props
+    }
+
+    /// End of the blob region after everything written so far.
+    pub fn blob_end(&self) -> u64 {
+        self.blob_end
+    }
+
+    /// The next `chunk_seq` to be assigned.
+    pub fn next_seq(&self) -> u64 {
+        self.next_seq
+    }
+
+    /// Compresses one batch, writing its blobs to `sink` (which must be positioned at
+    /// [`Engine::blob_end`]) and returning its rows in chunk_seq order.
+    /// `progress` is told how many input bytes were consumed, as they are.
+    pub fn write_batch<I>(
+        &mut self,
+        files: I,
+        sink: &mut (dyn Write + Send),
+        progress: &mut dyn FnMut(u64),
+    ) -> Result<(Vec<SliceRow>, BatchStats)>
+    where
+        I: IntoIterator<Item = Result<InputFile>>,
+    {
+        let chunk = self.props.chunk_size as usize;
+        let pool_size = 2 * self.workers + 2;
+        let (pool_tx, pool_rx) = mpsc::sync_channel::<Buffers>(pool_size);
+        for _ in 0..pool_size {
+            let out = Vec::with_capacity(zstd::zstd_safe::compress_bound(chunk));
+            // The channel has room for exactly pool_size items.
+            let _ = pool_tx.send((Vec::with_capacity(chunk), out));
+        }
+        let (job_tx, job_rx) = mpsc::sync_channel::<Job>(pool_size);
+        // Owned by the workers alone: when they all stop, the producer's sends fail
+        // instead of blocking on a queue nobody drains.
+        let job_rx = Arc::new(Mutex::new(job_rx));
+        let (done_tx, done_rx) = mpsc::sync_channel::<Job>(pool_size);
+        let level = self.props.level;
+        let start = self.blob_end;
+
+        std::thread::scope(|s| {
+            for _ in 0..self.workers {
+                let done_tx = done_tx.clone();
+                let job_rx = Arc::clone(&job_rx);
+                s.spawn(move || compress_worker(level, job_rx, done_tx));
+            }
+            drop(done_tx);
+            drop(job_rx);
+            let writer = s.spawn(move || write_in_order(sink, start, done_rx, pool_tx));
+            let mut producer = Producer {
+                engine: self,
+                pool: pool_rx,
+                jobs: job_tx,
+                rows: Vec::new(),
+                spare: None,
+                batch_new: HashMap::new(),
+                pack: None,
+                next_job: 0,
+                stats: BatchStats::default(),
+            };
+            let produced = producer.run(files, progress);
+            let Producer {
+                rows,
+                batch_new,
+                mut stats,
+                jobs,
+                ..
+            } = producer;
+            drop(jobs);
+            let written = writer.join().map_err(|_| {
+                Error::io("blob writer", io::Error::other("writer thread panicked"))
+            })?;
+            // A writer error explains a producer that stopped for lack of buffers.
+            let blobs = written?;
+            produced?;
+            stats.bytes_written = blobs.iter().map(|b| b.size).sum();
+            self.finish_batch(rows, batch_new, blobs, stats)
+        })
+    }
+
+    fn finish_batch(
+        &mut self,
+        pending: Vec<PendingRow>,
+        batch_new: HashMap<[u8; 32], SliceLoc>,
+        blobs: Vec<BlobLoc>,
+        stats: BatchStats,
+    ) -> Result<(Vec<SliceRow>, BatchStats)> {
+        let resolve = |loc: SliceLoc| -> Result<BlobLoc> {
+            match loc.blob {
+                Blob::Written(b) => Ok(b),
+                Blob::Job(id) => blobs.get(id as usize).copied().ok_or_else(|| {
+                    Error::io("blob writer", io::Error::other("a blob was never written"))
+                }),
+            }
+        };
+        let mut rows = Vec::with_capacity(pending.len());
+        for p in pending {
+            let b = resolve(p.loc)?;
+            rows.push(SliceRow {
+                relative_path: p.path,
+                chunk_seq: p.seq,
+                fdata_offset: p.fdata_offset,
+                uncompressed_size: p.size,
+                blob_offset: b.offset,
+                blob_size: b.size,
+                blob_inner_offset: p.loc.inner,
+                compressed: b.compressed,
+                checksum: p.checksum,
+                mode: p.mode,
+            });
+        }
+        for (hash, loc) in batch_new {
+            let blob = Blob::Written(resolve(loc)?);
+            self.known.insert(
+                hash,
+                SliceLoc {
+                    blob,
+                    inner: loc.inner,
+                },
+            );
+        }
+        self.blob_end += stats.bytes_written;
+        Ok((rows, stats))
+    }
+}
+
+struct PendingRow {
+    path: String,
+    seq: u64,
+    fdata_offset: u64,
+    size: u64,
+    loc: SliceLoc,
+    checksum: [u8; 32],
+    mode: Option<u32>,
+}
+
+struct OpenPack {
+    id: u64,
+    bufs: Buffers,
+    all_stored: bool,
+}
+
+struct Producer<'e> {
+    engine: &'e mut Engine,
+    pool: Receiver<Buffers>,
+    jobs: SyncSender<Job>,
+    rows: Vec<PendingRow>,
+    /// A buffer pair taken from the pool but not used for a job.
+    spare: Option<Buffers>,
+    batch_new: HashMap<[u8; 32], SliceLoc>,
+    pack: Option<OpenPack>,
+    next_job: u64,
+    stats: BatchStats,
+}
+
+impl Producer<'_> {
+    fn run<I>(&mut self, files: I, progress: &mut dyn FnMut(u64)) -> Result<()>
+    where
+        I: IntoIterator<Item = Result<InputFile>>,
+    {
+        let threshold = self.engine.props.pack_threshold as usize;
+        let mut small = Vec::with_capacity(threshold + 1);
+        for file in files {
+            let file = file?;
+            path::validate(&file.path)?;
+            let what = || format!("reading {}", file.path);
+            let mut reader: Box<dyn Read + Send> = match file.source {
+                Source::Path(ref p) => Box::new(File::open(p).map_err(|e| Error::io(what(), e))?),
+                Source::Reader(r) => r,
+            };
+            self.stats.files += 1;
+            small.clear();
+            let n = read_up_to(&mut reader, &mut small, threshold + 1)
+                .map_err(|e| Error::io(what(), e))?;
+            progress(n as u64);
+            self.stats.bytes_in += n as u64;
+            if n <= threshold {
+                self.add_small(&file.path, file.mode, &small)?;
+            } else {
+                self.add_large(&file.path, file.mode, &small, &mut reader, progress)
+                    .map_err(|e| match e {
+                        Error::Io { source, .. } => Error::io(what(), source),
+                        e => e,
+                    })?;
+            }
+        }
+        self.close_pack()
+    }
+
+    fn take_buffers(&mut self) -> Result<Buffers> {
+        let (mut input, mut output) = match self.spare.take() {
+            Some(b) => b,
+            None => self.pool.recv().map_err(|_| {
+                Error::io(
+                    "compression pool",
+                    io::Error::other("the blob writer stopped"),
+                )
+            })?,
+        };
+        input.clear();
+        output.clear();
+        Ok((input, output))
+    }
+
+    fn dispatch(&mut self, id: u64, (input, output): Buffers, try_compress: bool) -> Result<()> {
+        let job = Job {
+            id,
+            input,
+            output,
+            try_compress,
+            compressed: false,
+        };
+        self.jobs
+            .send(job)
+            .map_err(|_| Error::io("compression pool", io::Error::other("the workers stopped")))
+    }
+
+    fn new_job_id(&mut self) -> u64 {
+        let id = self.next_job;
+        self.next_job += 1;
+        id
+    }
+
+    fn lookup(&self, hash: &[u8; 32]) -> Option<SliceLoc> {
+        self.batch_new
+            .get(hash)
+            .or_else(|| self.engine.known.get(hash))
+            .copied()
+    }
+
+    fn push_row(
+        &mut self,
+        path: &str,
+        mode: Option<u32>,
+        fdata_offset: u64,
+        size: u64,
+        loc: SliceLoc,
+        checksum: [u8; 32],
+    ) {
+        let seq = self.engine.next_seq;
+        self.engine.next_seq += 1;
+        self.rows.push(PendingRow {
+            path: path.to_string(),
+            seq,
+            fdata_offset,
+            size,
+            loc,
+            checksum,
+            mode,
+        });
+    }
+
+    fn add_small(&mut self, path: &str, mode: Option<u32>, bytes: &[u8]) -> Result<()> {
+        let hash = *blake3::hash(bytes).as_bytes();
+        if let Some(loc) = self.lookup(&hash) {
+            self.stats.deduped_slices += 1;
+            self.push_row(path, mode, 0, bytes.len() as u64, loc, hash);
+            return Ok(());
+        }
+        let chunk = self.engine.props.chunk_size as usize;
+        if self
+            .pack
+            .as_ref()
+            .is_some_and(|p| p.bufs.0.len() + bytes.len() > chunk)
+        {
+            self.close_pack()?;
+        }
+        if self.pack.is_none() {
+            let bufs = self.take_buffers()?;
+            let id = self.new_job_id();
+            self.pack = Some(OpenPack {
+                id,
+                bufs,
+                all_stored: true,
+            });
+        }
+        let Some(pack) = self.pack.as_mut() else {
+            unreachable!("a pack was opened above")
+        };
+        let loc = SliceLoc {
+            blob: Blob::Job(pack.id),
+            inner: pack.bufs.0.len() as u64,
+        };
+        pack.bufs.0.extend_from_slice(bytes);
+        pack.all_stored &= already_compressed(path);
+        self.batch_new.insert(hash, loc);
+        self.push_row(path, mode, 0, bytes.len() as u64, loc, hash);
+        Ok(())
+    }
+
+    fn close_pack(&mut self) -> Result<()> {
+        match self.pack.take() {
+            Some(p) => self.dispatch(p.id, p.bufs, !p.all_stored),
+            None => Ok(()),
+        }
+    }
+
+    fn add_large(
+        &mut self,
+        path: &str,
+        mode: Option<u32>,
+        head: &[u8],
+        reader: &mut dyn Read,
+        progress: &mut dyn FnMut(u64),
+    ) -> Result<()> {
+        // Blobs stay in chunk_seq order: the open pack goes out before this file.
+        self.close_pack()?;
+        let chunk = self.engine.props.chunk_size as usize;
+        let try_compress = !already_compressed(path);
+        let mut bufs = self.take_buffers()?;
+        bufs.0.extend_from_slice(head);
+        let mut offset = 0u64;
+        loop {
+            let want = chunk - bufs.0.len();
+            let n = read_up_to(reader, &mut bufs.0, want).map_err(|e| Error::io("", e))?;
+            progress(n as u64);
+            self.stats.bytes_in += n as u64;
+            if bufs.0.is_empty() {
+                break;
+            }
+            let len = bufs.0.len() as u64;
+            let hash = *blake3::hash(&bufs.0).as_bytes();
+            let full = bufs.0.len() == chunk;
+            if let Some(loc) = self.lookup(&hash) {
+                self.stats.deduped_slices += 1;
+                self.push_row(path, mode, offset, len, loc, hash);
+                bufs.0.clear();
+            } else {
+                let id = self.new_job_id();
+                let loc = SliceLoc {
+                    blob: Blob::Job(id),
+                    inner: 0,
+                };
+                self.batch_new.insert(hash, loc);
+                self.push_row(path, mode, offset, len, loc, hash);
+                self.dispatch(id, bufs, try_compress)?;
+                bufs = self.take_buffers()?;
+            }
+            offset += len;
+            if !full {
+                break;
+            }
+        }
+        self.spare = Some(bufs);
+        Ok(())
+    }
+}
+
+/// Appends up to `limit` bytes from `r` to `buf`, stopping early only at EOF.
+fn read_up_to(r: &mut dyn Read, buf: &mut Vec<u8>, limit: usize) -> io::Result<usize> {
+    let mut total = 0;
+    while total < limit {
+        let n = r.take((limit - total) as u64).read_to_end(buf)?;
+        if n == 0 {
+            break;
+        }
+        total += n;
+    }
+    Ok(total)
+}
+
+fn compress_worker(level: i32, jobs: Arc<Mutex<Receiver<Job>>>, done: SyncSender<Job>) {
+    let mut zstd = zstd::bulk::Compressor::new(level).ok();
+    loop {
+        let job = match jobs.lock() {
+            Ok(rx) => rx.recv(),
+            Err(_) => return,
+        };
+        let Ok(mut job) = job else { return };
+        job.compressed = false;
+        if job.try_compress && !job.input.is_empty() {
+            if let Some(z) = zstd.as_mut() {
+                job.output.clear();
+                let cap = zstd::zstd_safe::compress_bound(job.input.len());
+                job.output.reserve(cap);
+                if z.compress_to_buffer(&job.input, &mut job.output).is_ok()
+                    && job.output.len() < job.input.len()
+                {
+                    job.compressed = true;
+                }
+            }
+        }
+        if done.send(job).is_err() {
+            return;
+        }
+    }
+}
+
+fn write_in_order(
+    sink: &mut (dyn Write + Send),
+    start: u64,
+    done: Receiver<Job>,
+    pool: SyncSender<Buffers>,
+) -> Result<Vec<BlobLoc>> {
+    let mut out = BufWriter::with_capacity(1 << 20, sink);
+    let mut waiting: BTreeMap<u64, Job> = BTreeMap::new();
+    let mut blobs = Vec::new();
+    let mut offset = start;
+    for job in done {
+        waiting.insert(job.id, job);
+        while let Some(job) = waiting.remove(&(blobs.len() as u64)) {
+            let bytes = if job.compressed {
+                &job.output
+            } else {
+                &job.input
+            };
+            out.write_all(bytes)
+                .map_err(|e| Error::io("writing blobs", e))?;
+            blobs.push(BlobLoc {
+                offset,
+                size: bytes.len() as u64,
+                compressed: job.compressed,
+            });
+            offset += bytes.len() as u64;
+            // The producer may have finished; a closed pool is not an error.
+            let _ = pool.try_send((job.input, job.output));
+        }
+    }
+    out.flush().map_err(|e| Error::io("writing blobs", e))?;
+    if !waiting.is_empty() {
+        return Err(Error::io(
+            "blob writer",
+            io::Error::other("a compression job was lost"),
+        ));
+    }
+    Ok(blobs)
+}

@@ -1,0 +1,206 @@
+//! Arrow IPC *file* sections: writing them in bounded batches, and reading one
+//! batch at a time from a byte range without trusting any length inside it.
+//!
+//! The reader parses the IPC footer itself (with the flatbuffer verifier) instead
+//! of using arrow's `FileReader`, so that every buffer it allocates is bounded by
+//! the section length that the manifest gave, and so that a request for row `r`
+//! reads only the footer and the batch `r / BATCH_ROWS`.
+
+use std::collections::HashMap;
+
+use arrow_array::RecordBatch;
+use arrow_buffer::Buffer;
+use arrow_ipc::reader::{read_footer_length, FileDecoder};
+use arrow_ipc::writer::{FileWriter, IpcWriteOptions};
+use arrow_ipc::CompressionType;
+use arrow_ipc::{Block, MetadataVersion};
+use arrow_schema::SchemaRef;
+
+use crate::error::{Error, Result};
+use crate::io::ReadAt;
+use crate::schema::{check_version, BATCH_ROWS};
+
+/// How a section's Arrow buffers are stored.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Body {
+    /// Plain buffers: an mmap reader decodes them zero-copy (lookup, meta, manifest).
+    Plain,
+    /// zstd-compressed buffers (Arrow IPC body compression), for sections that are
+    /// only ever read whole (the data sub-indexes).
+    Zstd,
+}
+
+/// Encodes `batch` as an Arrow IPC file with record batches of at most
+/// [`BATCH_ROWS`] rows. The schema (with its metadata) is `schema`.
+pub(crate) fn encode(schema: &SchemaRef, batch: &RecordBatch, body: Body) -> Result<Vec<u8>> {
+    let arrow = |e| Error::corrupt(format!("arrow encode: {e}"));
+    let compression = match body {
+        Body::Plain => None,
+        Body::Zstd => Some(CompressionType::ZSTD),
+    };
+    let options = IpcWriteOptions::default()
+        .try_with_compression(compression)
+        .map_err(arrow)?;
+    let mut out = Vec::new();
+    let mut w = FileWriter::try_new_with_options(&mut out, schema, options).map_err(arrow)?;
+    let mut start = 0;
+    while start < batch.num_rows() {
+        let n = BATCH_ROWS.min(batch.num_rows() - start);
+        w.write(&batch.slice(start, n)).map_err(arrow)?;
+        start += n;
+    }
+    w.finish().map_err(arrow)?;
+    drop(w);
+    Ok(out)
+}
+
+/// An opened Arrow IPC file section: its footer parsed, its blocks bounds-checked.
+#[derive(Debug)]
+pub(crate) struct IpcSection {
+    name: &'static str,
+    offset: u64,
+    rows: Option<u64>,
+    blocks: Vec<Block>,
+    version: MetadataVersion,
+    schema: SchemaRef,
+    metadata: HashMap<String, String>,
+}
+
+impl IpcSection {
+    /// Reads and checks the footer of the IPC file at `offset..offset+len` of `src`.
+    /// `schema` is what the section must hold; `rows` is the manifest's row count,
+    /// when there is a manifest to say it.
+    pub(crate) fn open(
+        src: &dyn ReadAt,
+        name: &'static str,
+        offset: u64,
+        len: u64,
+        rows: Option<u64>,
+        schema: SchemaRef,
+    ) -> Result<Self> {
+        let bad = |m: String| Error::corrupt(format!("{name} section: {m}"));
+        if len < 18 {
+            return Err(bad(format!("{len} bytes is too short for an Arrow file")));
+        }
+        let mut trailer = [0u8; 10];
+        read_at(src, &mut trailer, offset + len - 10, name)?;
+        let footer_len = read_footer_length(trailer).map_err(|e| bad(e.to_string()))? as u64;
+        if footer_len > len - 10 {
+            return Err(bad(format!(
+                "footer length {footer_len} exceeds the section"
+            )));
+        }
+        let mut footer_bytes = vec![0u8; footer_len as usize];
+        read_at(src, &mut footer_bytes, offset + len - 10 - footer_len, name)?;
+        let footer = arrow_ipc::root_as_footer(&footer_bytes)
+            .map_err(|e| bad(format!("unreadable footer: {e}")))?;
+
+        let fb_schema = footer.schema().ok_or_else(|| bad("no schema".into()))?;
+        let mut metadata = HashMap::new();
+        for kv in fb_schema.custom_metadata().into_iter().flatten() {
+            if let (Some(k), Some(v)) = (kv.key(), kv.value()) {
+                metadata.insert(k.to_string(), v.to_string());
+            }
+        }
+        check_version(&metadata, name)?;
+        let names: Vec<&str> = fb_schema
+            .fields()
+            .into_iter()
+            .flatten()
+            .map(|f| f.name().unwrap_or(""))
+            .collect();
+        let expected: Vec<&str> = schema.fields().iter().map(|f| f.name().as_str()).collect();
+        if names.len() < expected.len() || names[..expected.len()] != expected[..] {
+            return Err(bad(format!("columns {names:?}, expected {expected:?}")));
+        }
+
+        let data_end = len - 10 - footer_len;
+        let blocks: Vec<Block> = footer
+            .recordBatches()
+            .into_iter()
+            .flatten()
+            .copied()
+            .collect();
+        let expected_blocks = rows.map(|r| r.div_ceil(BATCH_ROWS as u64));
+        if expected_blocks.is_some_and(|n| n != blocks.len() as u64) {
+            return Err(bad(format!(
+                "{} record batches for {} rows",
+                blocks.len(),
+                rows.unwrap_or_default()
+            )));
+        }
+        for b in &blocks {
+            let end = u64::try_from(b.offset())
+                .ok()
+                .zip(u64::try_from(b.metaDataLength()).ok())
+                .zip(u64::try_from(b.bodyLength()).ok())
+                .and_then(|((o, m), body)| o.checked_add(m)?.checked_add(body));
+            if end.is_none_or(|end| end > data_end) || b.metaDataLength() <= 0 {
+                return Err(bad("record batch block out of bounds".into()));
+            }
+        }
+        Ok(IpcSection {
+            name,
+            offset,
+            rows,
+            blocks,
+            version: footer.version(),
+            schema,
+            metadata,
+        })
+    }
+
+    /// The section's schema metadata.
+    pub(crate) fn metadata(&self) -> &HashMap<String, String> {
+        &self.metadata
+    }
+
+    /// Number of record batches.
+    pub(crate) fn num_batches(&self) -> usize {
+        self.blocks.len()
+    }
+
+    /// Decodes batch `i`, reading only its bytes.
+    pub(crate) fn batch(&self, src: &dyn ReadAt, i: usize) -> Result<RecordBatch> {
+        let block = self
+            .blocks
+            .get(i)
+            .ok_or_else(|| Error::corrupt(format!("{}: no record batch {i}", self.name)))?;
+        // Bounds were checked in `open`, so these conversions and the sum cannot fail
+        // or exceed the section length.
+        let start = self.offset + block.offset() as u64;
+        let len = block.metaDataLength() as u64 + block.bodyLength() as u64;
+        let mut bytes = vec![0u8; len as usize];
+        read_at(src, &mut bytes, start, self.name)?;
+        let buf = Buffer::from_vec(bytes);
+        let decoded = FileDecoder::new(self.schema.clone(), self.version)
+            .read_record_batch(block, &buf)
+            .map_err(|e| Error::corrupt(format!("{}: batch {i}: {e}", self.name)))?
+            .ok_or_else(|| Error::corrupt(format!("{}: batch {i} is empty", self.name)))?;
+        let n = decoded.num_rows() as u64;
+        let ok = match self.rows {
+            Some(rows) => n == (rows - (i * BATCH_ROWS) as u64).min(BATCH_ROWS as u64),
+            None => n <= BATCH_ROWS as u64,
+        };
+        if !ok {
+            return Err(Error::corrupt(format!(
+                "{}: batch {i} has {n} rows, which does not match the manifest",
+                self.name
+            )));
+        }
+        Ok(decoded)
+    }
+}
+
+pub(crate) fn read_at(src: &dyn ReadAt, buf: &mut [u8], offset: u64, what: &str) -> Result<()> {
+    src.read_exact_at(buf, offset).map_err(|e| {
+        if e.kind() == std::io::ErrorKind::UnexpectedEof {
+            Error::corrupt(format!(
+                "{what}: truncated (read of {} bytes at {offset} past the end)",
+                buf.len()
+            ))
+        } else {
+            Error::io(format!("reading {what}"), e)
+        }
+    })
+}

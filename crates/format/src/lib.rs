@@ -1,0 +1,73 @@
+//! The `.znippy` container: a seekable, deduplicating archive with an Arrow index.
+//!
+//! An archive is a region of *blobs* (zstd frames, or raw bytes when compression
+//! does not pay) followed by a *tail* of index sections and a 16-byte footer:
+//!
+//! ```text
+//! [ blobs ][ pad ][ data index ][ lookup ][ trie ][ meta? ][ manifest ][ ZNPYMIDX u64 ]
+//! ```
+//!
+//! * The **data index** lists every *slice* (a piece of a file inside a blob) in
+//!   write order; the **lookup** is the same rows sorted by path; the **trie** (an
+//!   `fst::Map`) maps each path to its first lookup row. Index sections are Arrow
+//!   IPC files, so pyarrow, Polars or DuckDB can read them by slicing the archive.
+//! * A reader finds everything from the footer: one 16-byte read at the end, one
+//!   read of the manifest. Getting one file reads the trie, one lookup batch and
+//!   that file's blobs, whatever the size of the archive ([`Archive`]).
+//! * Writing goes through one [`Engine`] (slice, pack small files, hash, dedupe,
+//!   compress on a worker pool, write in order) and one tail writer
+//!   ([`write_tail`]), shared by [`compress`], [`append`] and the store's seal, so
+//!   the same input always gives the same bytes, whatever the thread count.
+//!
+//! The byte-level contract is `docs/format.md` in the repository.
+//!
+//! ```
+//! use znippy_format::{compress, Archive, ArchiveProps, InputFile, Metadata};
+//!
+//! let files = vec![Ok(InputFile::from_bytes("hello.txt", b"hello".to_vec(), Some(0o644)))];
+//! let mut bytes = Vec::new();
+//! compress(&mut bytes, [files], ArchiveProps::default(), 2, &Metadata::Absent, &mut |_| {})?;
+//!
+//! let archive = Archive::open(bytes)?;
+//! let mut out = Vec::new();
+//! archive.read_file("hello.txt", &mut out)?;
+//! assert_eq!(out, b"hello");
+//! # Ok::<(), znippy_format::Error>(())
+//! ```
+
+#![deny(missing_docs)]
+
+mod engine;
+mod error;
+mod extract;
+mod io;
+mod ipc;
+mod manifest;
+mod meta;
+mod path;
+mod props;
+mod reader;
+mod row;
+mod scan;
+mod schema;
+mod tail;
+mod trie;
+mod writer;
+
+pub use engine::{BatchStats, Engine, InputFile, Source};
+pub use error::{Error, Result};
+pub use extract::{extract_all, ExtractStats};
+pub use io::{CountingReader, ReadAt};
+pub use manifest::SectionEntry;
+pub use meta::{MetaRow, MetaSearch, MetaTable, MetaValue, Metadata};
+pub use path::{validate as validate_path, MAX_PATH_LEN};
+pub use props::{ArchiveProps, CODEC, MAX_CHUNK_SIZE, MIN_CHUNK_SIZE};
+pub use reader::{Archive, BlobScratch, Entry, TrieState};
+pub use row::SliceRow;
+pub use scan::{scan_dir, ScannedFile};
+pub use schema::{
+    base_schema, manifest_schema, meta_schema, BATCH_ROWS, FORMAT_VERSION, LOOKUP, META, RESERVED,
+    RESERVED_PKG_TYPE, TRIE, VERSION_KEY,
+};
+pub use tail::{write_tail, Tail, TailInfo, ALIGN, FOOTER_LEN, MAGIC};
+pub use writer::{append, compress, merge_batch, MetaUpdate, Summary};

@@ -1,0 +1,388 @@
+//! The metadata table: typed key/value facts about entries or the whole archive.
+//!
+//! *No metadata* and *empty metadata* are different answers. An archive written
+//! without a meta table has no section, and [`Metadata::Absent`] says so; one
+//! written with an empty table has an empty section. Searches keep the difference
+//! in [`MetaSearch`], so "never searched" can never pass for "found nothing".
+
+use std::collections::BTreeMap;
+use std::ops::Bound;
+use std::sync::Arc;
+
+use arrow_array::builder::{
+    BinaryBuilder, BooleanBuilder, Float64Builder, Int64Builder, Int8Builder, StringBuilder,
+};
+use arrow_array::cast::AsArray;
+use arrow_array::types::{Float64Type, Int64Type, Int8Type};
+use arrow_array::{Array, ArrayRef, RecordBatch};
+
+use crate::error::{Error, Result};
+use crate::path;
+use crate::schema::meta_schema;
+
+/// A typed metadata value.
+#[derive(Debug, Clone, PartialEq)]
+pub enum MetaValue {
+    /// UTF-8 text (`value_type` 0).
+    Str(String),
+    /// Signed 64-bit integer (`value_type` 1).
+    I64(i64),
+    /// 64-bit float (`value_type` 2).
+    F64(f64),
+    /// Boolean (`value_type` 3).
+    Bool(bool),
+    /// Opaque bytes (`value_type` 4).
+    Bytes(Vec<u8>),
+}
+
+impl MetaValue {
+    /// Types a textual value by its shape: `true`/`false` is a bool, an integer an
+    /// i64, a decimal an f64, anything else a string (so `1.0.2` stays a string).
+    pub fn infer(text: &str) -> MetaValue {
+        match text {
+            "true" => return MetaValue::Bool(true),
+            "false" => return MetaValue::Bool(false),
+            _ => {}
+        }
+        let digits = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
+        let unsigned = text.strip_prefix(['-', '+']).unwrap_or(text);
+        if digits(unsigned) {
+            if let Ok(v) = text.parse() {
+                return MetaValue::I64(v);
+            }
+        }
+        if let Some((int, frac)) = unsigned.split_once('.') {
+            if digits(int) && digits(frac) {
+                if let Ok(v) = text.parse() {
+                    return MetaValue::F64(v);
+                }
+            }
+        }
+        MetaValue::Str(text.to_string())
+    }
+
+    /// The `value_type` code of this value.
+    pub fn type_code(&self) -> i8 {
+        match self {
+            MetaValue::Str(_) => 0,
+            MetaValue::I64(_) => 1,
+            MetaValue::F64(_) => 2,
+            MetaValue::Bool(_) => 3,
+            MetaValue::Bytes(_) => 4,
+        }
+    }
+
+    /// The name of this value's type, as the CLI prints it.
+    pub fn type_name(&self) -> &'static str {
+        match self {
+            MetaValue::Str(_) => "str",
+            MetaValue::I64(_) => "i64",
+            MetaValue::F64(_) => "f64",
+            MetaValue::Bool(_) => "bool",
+            MetaValue::Bytes(_) => "bytes",
+        }
+    }
+}
+
+impl std::fmt::Display for MetaValue {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            MetaValue::Str(s) => f.write_str(s),
+            MetaValue::I64(v) => write!(f, "{v}"),
+            MetaValue::F64(v) => write!(f, "{v:?}"),
+            MetaValue::Bool(v) => write!(f, "{v}"),
+            MetaValue::Bytes(b) => write!(f, "<{} bytes>", b.len()),
+        }
+    }
+}
+
+/// One fact: `key = value` about `path`, or about the archive when `path` is `None`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct MetaRow {
+    /// The entry the fact is about; `None` for the archive itself.
+    pub path: Option<String>,
+    /// The key.
+    pub key: String,
+    /// The value.
+    pub value: MetaValue,
+}
+
+/// A metadata table, kept in section order: by `(key, path)`, archive-level first.
+/// One value per `(key, path)`; setting it again replaces it.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct MetaTable {
+    rows: BTreeMap<(String, Option<String>), MetaValue>,
+}
+
+impl MetaTable {
+    /// An empty table (which still writes a section).
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Sets `key` of `path` (or of the archive), replacing an earlier value.
+    pub fn set(&mut self, path: Option<&str>, key: &str, value: MetaValue) -> Result<()> {
+        if let Some(p) = path {
+            path::validate(p)?;
+        }
+        if key.is_empty() {
+            return Err(Error::Meta("empty key".into()));
+        }
+        self.rows
+            .insert((key.to_string(), path.map(str::to_string)), value);
+        Ok(())
+    }
+
+    /// Adds every row of `other`, its values winning over ours.
+    pub fn merge(&mut self, other: MetaTable) {
+        self.rows.extend(other.rows);
+    }
+
+    /// Number of rows.
+    pub fn len(&self) -> usize {
+        self.rows.len()
+    }
+
+    /// Whether the table has no rows.
+    pub fn is_empty(&self) -> bool {
+        self.rows.is_empty()
+    }
+
+    /// All rows, in section order.
+    pub fn rows(&self) -> impl Iterator<Item = MetaRow> + '_ {
+        self.rows.iter().map(to_row)
+    }
+
+    /// Rows whose key is exactly `key`.
+    pub fn by_key(&self, key: &str) -> Vec<MetaRow> {
+        let lo = (key.to_string(), None);
+        self.rows
+            .range(lo..)
+            .take_while(|((k, _), _)| k == key)
+            .map(to_row)
+            .collect()
+    }
+
+    /// Rows whose key starts with `prefix`.
+    pub fn by_prefix(&self, prefix: &str) -> Vec<MetaRow> {
+        let lo = (prefix.to_string(), None);
+        self.rows
+            .range((Bound::Included(lo), Bound::Unbounded))
+            .take_while(|((k, _), _)| k.starts_with(prefix))
+            .map(to_row)
+            .collect()
+    }
+
+    pub(crate) fn to_batch(&self) -> Result<RecordBatch> {
+        let n = self.rows.len();
+        let mut path = StringBuilder::new();
+        let mut key = StringBuilder::new();
+        let mut ty = Int8Builder::with_capacity(n);
+        let mut s = StringBuilder::new();
+        let mut i = Int64Builder::with_capacity(n);
+        let mut f = Float64Builder::with_capacity(n);
+        let mut b = BooleanBuilder::with_capacity(n);
+        let mut by = BinaryBuilder::new();
+        for ((k, p), v) in &self.rows {
+            path.append_option(p.as_deref());
+            key.append_value(k);
+            ty.append_value(v.type_code());
+            s.append_option(match v {
+                MetaValue::Str(x) => Some(x.as_str()),
+                _ => None,
+            });
+            i.append_option(match v {
+                MetaValue::I64(x) => Some(*x),
+                _ => None,
+            });
+            f.append_option(match v {
+                MetaValue::F64(x) => Some(*x),
+                _ => None,
+            });
+            b.append_option(match v {
+                MetaValue::Bool(x) => Some(*x),
+                _ => None,
+            });
+            by.append_option(match v {
+                MetaValue::Bytes(x) => Some(x.as_slice()),
+                _ => None,
+            });
+        }
+        let cols: Vec<ArrayRef> = vec![
+            Arc::new(path.finish()),
+            Arc::new(key.finish()),
+            Arc::new(ty.finish()),
+            Arc::new(s.finish()),
+            Arc::new(i.finish()),
+            Arc::new(f.finish()),
+            Arc::new(b.finish()),
+            Arc::new(by.finish()),
+        ];
+        RecordBatch::try_new(meta_schema(), cols)
+            .map_err(|e| Error::corrupt(format!("meta batch: {e}")))
+    }
+
+    /// Adds the rows of a decoded meta batch, checking every rule of the section.
+    pub(crate) fn extend_from_batch(&mut self, batch: &RecordBatch) -> Result<()> {
+        let bad = |m: &str| Error::corrupt(format!("meta section: {m}"));
+        let col = |i: usize| batch.column(i).as_ref();
+        let path = col(0)
+            .as_string_opt::<i32>()
+            .ok_or_else(|| bad("relative_path type"))?;
+        let key = col(1)
+            .as_string_opt::<i32>()
+            .ok_or_else(|| bad("key type"))?;
+        let ty = col(2)
+            .as_primitive_opt::<Int8Type>()
+            .ok_or_else(|| bad("value_type type"))?;
+        let s = col(3)
+            .as_string_opt::<i32>()
+            .ok_or_else(|| bad("v_str type"))?;
+        let i = col(4)
+            .as_primitive_opt::<Int64Type>()
+            .ok_or_else(|| bad("v_i64 type"))?;
+        let f = col(5)
+            .as_primitive_opt::<Float64Type>()
+            .ok_or_else(|| bad("v_f64 type"))?;
+        let b = col(6).as_boolean_opt().ok_or_else(|| bad("v_bool type"))?;
+        let by = col(7)
+            .as_binary_opt::<i32>()
+            .ok_or_else(|| bad("v_bytes type"))?;
+        for r in 0..batch.num_rows() {
+            let valid = [
+                s.is_valid(r),
+                i.is_valid(r),
+                f.is_valid(r),
+                b.is_valid(r),
+                by.is_valid(r),
+            ];
+            let code = ty.value(r);
+            let slot = usize::try_from(code).ok().filter(|&c| c < valid.len());
+            let Some(slot) = slot else {
+                return Err(bad(&format!("row {r}: unknown value_type {code}")));
+            };
+            if valid.iter().filter(|v| **v).count() != 1 || !valid[slot] {
+                return Err(bad(&format!(
+                    "row {r}: value_type {code} but another value column is set"
+                )));
+            }
+            let value = match slot {
+                0 => MetaValue::Str(s.value(r).to_string()),
+                1 => MetaValue::I64(i.value(r)),
+                2 => MetaValue::F64(f.value(r)),
+                3 => MetaValue::Bool(b.value(r)),
+                _ => MetaValue::Bytes(by.value(r).to_vec()),
+            };
+            let p = path.is_valid(r).then(|| path.value(r).to_string());
+            let k = (key.value(r).to_string(), p);
+            if self
+                .rows
+                .last_key_value()
+                .is_some_and(|(last, _)| k <= *last)
+            {
+                return Err(bad(&format!("row {r} is out of (key, path) order")));
+            }
+            self.rows.insert(k, value);
+        }
+        Ok(())
+    }
+}
+
+fn to_row(((key, path), value): (&(String, Option<String>), &MetaValue)) -> MetaRow {
+    MetaRow {
+        path: path.clone(),
+        key: key.clone(),
+        value: value.clone(),
+    }
+}
+
+/// What an archive says about metadata: no section at all, or a table.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Metadata {
+    /// The archive has no meta section: it was never given metadata.
+    Absent,
+    /// The archive has a meta section (possibly empty).
+    Present(MetaTable),
+}
+
+/// The answer to a metadata search.
+#[derive(Debug, Clone, PartialEq)]
+pub enum MetaSearch {
+    /// There is no meta section to search.
+    NoSection,
+    /// The section was searched and nothing matched.
+    NoMatch,
+    /// Matching rows, in section order.
+    Hits(Vec<MetaRow>),
+}
+
+impl MetaSearch {
+    pub(crate) fn from_rows(rows: Vec<MetaRow>) -> Self {
+        if rows.is_empty() {
+            MetaSearch::NoMatch
+        } else {
+            MetaSearch::Hits(rows)
+        }
+    }
+}
+
+impl Metadata {
+    /// Rows whose key is exactly `key`.
+    pub fn by_key(&self, key: &str) -> MetaSearch {
+        match self {
+            Metadata::Absent => MetaSearch::NoSection,
+            Metadata::Present(t) => MetaSearch::from_rows(t.by_key(key)),
+        }
+    }
+
+    /// Rows whose key starts with `prefix`.
+    pub fn by_prefix(&self, prefix: &str) -> MetaSearch {
+        match self {
+            Metadata::Absent => MetaSearch::NoSection,
+            Metadata::Present(t) => MetaSearch::from_rows(t.by_prefix(prefix)),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn infers_types_by_shape() {
+        assert_eq!(MetaValue::infer("true"), MetaValue::Bool(true));
+        assert_eq!(MetaValue::infer("false"), MetaValue::Bool(false));
+        assert_eq!(MetaValue::infer("42"), MetaValue::I64(42));
+        assert_eq!(MetaValue::infer("-7"), MetaValue::I64(-7));
+        assert_eq!(MetaValue::infer("1.5"), MetaValue::F64(1.5));
+        assert_eq!(MetaValue::infer("1.0.2"), MetaValue::Str("1.0.2".into()));
+        assert_eq!(MetaValue::infer("1e5"), MetaValue::Str("1e5".into()));
+        assert_eq!(MetaValue::infer("nan"), MetaValue::Str("nan".into()));
+        assert_eq!(MetaValue::infer(""), MetaValue::Str("".into()));
+        assert_eq!(
+            MetaValue::infer("99999999999999999999"),
+            MetaValue::Str("99999999999999999999".into())
+        );
+    }
+
+    #[test]
+    fn searches_by_key_and_prefix() {
+        let mut t = MetaTable::new();
+        t.set(Some("b"), "lic", MetaValue::infer("MIT")).unwrap();
+        t.set(None, "lic", MetaValue::infer("Apache")).unwrap();
+        t.set(Some("a"), "license", MetaValue::infer("x")).unwrap();
+        t.set(Some("a"), "size", MetaValue::infer("3")).unwrap();
+        let m = Metadata::Present(t);
+        let MetaSearch::Hits(h) = m.by_key("lic") else {
+            panic!()
+        };
+        assert_eq!(h.len(), 2);
+        assert_eq!(h[0].path, None);
+        let MetaSearch::Hits(h) = m.by_prefix("lic") else {
+            panic!()
+        };
+        assert_eq!(h.len(), 3);
+        assert_eq!(m.by_key("nope"), MetaSearch::NoMatch);
+        assert_eq!(Metadata::Absent.by_key("lic"), MetaSearch::NoSection);
+    }
+}

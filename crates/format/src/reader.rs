@@ -1,0 +1,692 @@
+//! The reader: opens an archive with one 16-byte read at EOF and one read of the
+//! manifest, then answers questions by reading only what each one needs.
+//!
+//! | question            | reads                                             |
+//! |---------------------|---------------------------------------------------|
+//! | open                | footer, manifest, lookup footer                   |
+//! | `list` (names)      | + the trie                                        |
+//! | `get` one file      | + the trie, one lookup batch, that file's blobs   |
+//! | `metadata`          | + the meta section                                |
+//! | `verify`            | everything                                        |
+//!
+//! Nothing read from the archive is trusted: offsets and lengths are checked
+//! against the file and the archive properties before any buffer is sized by
+//! them, and every byte returned to a caller has passed its blake3 check.
+
+use std::io::{Read, Write};
+use std::sync::OnceLock;
+
+use crate::error::{Error, Result};
+use crate::io::ReadAt;
+use crate::ipc::{read_at, IpcSection};
+use crate::manifest::{self, SectionEntry};
+use crate::meta::{MetaTable, Metadata};
+use crate::props::ArchiveProps;
+use crate::row::{RowBatch, SliceRow};
+use crate::schema::{base_schema, meta_schema, BATCH_ROWS, LOOKUP, META, TRIE};
+use crate::tail::{ALIGN, FOOTER_LEN, MAGIC};
+use crate::trie::Trie;
+
+/// Largest manifest a reader accepts (a manifest has a handful of rows).
+const MAX_MANIFEST_LEN: u64 = 16 << 20;
+
+/// One file of an archive, as listed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Entry {
+    /// The archive path.
+    pub path: String,
+    /// Size in bytes.
+    pub size: u64,
+    /// Unix permission bits, when recorded.
+    pub mode: Option<u32>,
+    /// Number of slices (rows).
+    pub slices: u64,
+}
+
+/// How path lookups are being answered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TrieState {
+    /// Through the fst trie.
+    Used,
+    /// By binary search of the lookup: the archive has no trie.
+    Missing,
+    /// By binary search of the lookup: the trie failed its checksum or did not load.
+    Damaged,
+}
+
+/// An opened `.znippy` archive over any [`ReadAt`] source.
+pub struct Archive<R> {
+    src: R,
+    len: u64,
+    props: ArchiveProps,
+    blob_end: u64,
+    manifest_offset: u64,
+    sections: Vec<SectionEntry>,
+    lookup: IpcSection,
+    lookup_rows: u64,
+    lookup_batches: Vec<OnceLock<RowBatch>>,
+    trie: OnceLock<(TrieState, Option<Trie>)>,
+}
+
+impl<R> std::fmt::Debug for Archive<R> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Archive")
+            .field("len", &self.len)
+            .field("props", &self.props)
+            .field("blob_end", &self.blob_end)
+            .field("sections", &self.sections)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<R: ReadAt> Archive<R> {
+    /// Opens an archive: reads the footer, the manifest and the lookup's footer.
+    pub fn open(src: R) -> Result<Self> {
+        let len = src
+            .size()
+            .map_err(|e| Error::io("reading archive size", e))?;
+        if len < FOOTER_LEN {
+            return Err(Error::NotAnArchive(format!(
+                "{len} bytes is shorter than the footer"
+            )));
+        }
+        let mut footer = [0u8; FOOTER_LEN as usize];
+        read_at(&src, &mut footer, len - FOOTER_LEN, "footer")?;
+        if &footer[..8] != MAGIC {
+            return Err(Error::NotAnArchive(
+                "no ZNPYMIDX footer at the end of the file".into(),
+            ));
+        }
+        let mut off = [0u8; 8];
+        off.copy_from_slice(&footer[8..]);
+        let manifest_offset = u64::from_le_bytes(off);
+        let manifest_end = len - FOOTER_LEN;
+        if manifest_offset >= manifest_end || manifest_end - manifest_offset > MAX_MANIFEST_LEN {
+            return Err(Error::corrupt(format!(
+                "manifest offset {manifest_offset} does not fit a {len}-byte archive"
+            )));
+        }
+        let mut mbytes = vec![0u8; (manifest_end - manifest_offset) as usize];
+        read_at(&src, &mut mbytes, manifest_offset, "manifest")?;
+        let (sections, md) = manifest::decode(&mbytes)?;
+        let props = ArchiveProps::from_metadata(&md)?;
+        let blob_end: u64 = md
+            .get(manifest::KEY_BLOB_END)
+            .and_then(|v| v.parse().ok())
+            .ok_or_else(|| Error::corrupt("manifest lacks a valid znippy.blob_end"))?;
+        if blob_end > manifest_offset {
+            return Err(Error::corrupt("blob_end lies past the manifest"));
+        }
+        check_sections(&sections, blob_end, manifest_offset)?;
+
+        let one = |name: &str| -> Result<Option<&SectionEntry>> {
+            let mut it = sections
+                .iter()
+                .filter(|s| s.is_reserved() && s.module_name == name);
+            let first = it.next();
+            if it.next().is_some() {
+                return Err(Error::corrupt(format!("two {name} sections")));
+            }
+            Ok(first)
+        };
+        let lookup_entry = one(LOOKUP)?.ok_or_else(|| Error::corrupt("no lookup section"))?;
+        one(TRIE)?;
+        one(META)?;
+        let data_rows: u64 = sections
+            .iter()
+            .filter(|s| !s.is_reserved())
+            .try_fold(0u64, |acc, s| acc.checked_add(s.row_count))
+            .ok_or_else(|| Error::corrupt("row counts overflow"))?;
+        if data_rows != lookup_entry.row_count {
+            return Err(Error::corrupt(format!(
+                "lookup has {} rows but the data sections have {data_rows}",
+                lookup_entry.row_count
+            )));
+        }
+        let lookup = IpcSection::open(
+            &src,
+            "lookup",
+            lookup_entry.index_offset,
+            lookup_entry.index_len,
+            Some(lookup_entry.row_count),
+            base_schema(),
+        )?;
+        let lookup_batches = (0..lookup.num_batches()).map(|_| OnceLock::new()).collect();
+        Ok(Archive {
+            src,
+            len,
+            props,
+            blob_end,
+            manifest_offset,
+            lookup_rows: lookup_entry.row_count,
+            sections,
+            lookup,
+            lookup_batches,
+            trie: OnceLock::new(),
+        })
+    }
+
+    /// The byte source.
+    pub fn source(&self) -> &R {
+        &self.src
+    }
+
+    /// The archive properties.
+    pub fn props(&self) -> ArchiveProps {
+        self.props
+    }
+
+    /// End of the blob region.
+    pub fn blob_end(&self) -> u64 {
+        self.blob_end
+    }
+
+    /// Total length of the archive.
+    pub fn archive_len(&self) -> u64 {
+        self.len
+    }
+
+    /// Offset of the manifest.
+    pub fn manifest_offset(&self) -> u64 {
+        self.manifest_offset
+    }
+
+    /// The manifest's rows.
+    pub fn sections(&self) -> &[SectionEntry] {
+        &self.sections
+    }
+
+    /// Number of slice rows.
+    pub fn row_count(&self) -> u64 {
+        self.lookup_rows
+    }
+
+    fn reserved(&self, name: &str) -> Option<&SectionEntry> {
+        self.sections
+            .iter()
+            .find(|s| s.is_reserved() && s.module_name == name)
+    }
+
+    /// How path lookups are answered (loads the trie on first use).
+    pub fn trie_state(&self) -> TrieState {
+        self.trie().0
+    }
+
+    fn trie(&self) -> &(TrieState, Option<Trie>) {
+        self.trie.get_or_init(|| {
+            let Some(s) = self.reserved(TRIE) else {
+                return (TrieState::Missing, None);
+            };
+            let loaded = self.section_bytes(s).and_then(|bytes| {
+                if blake3::hash(&bytes).as_bytes() != &s.blake3 {
+                    return Err(Error::Checksum("trie".into()));
+                }
+                let t = Trie::new(bytes)?;
+                if t.len() as u64 != s.row_count || s.row_count > self.lookup_rows {
+                    return Err(Error::corrupt("trie key count"));
+                }
+                Ok(t)
+            });
+            match loaded {
+                Ok(t) => (TrieState::Used, Some(t)),
+                Err(_) => (TrieState::Damaged, None),
+            }
+        })
+    }
+
+    fn section_bytes(&self, s: &SectionEntry) -> Result<Vec<u8>> {
+        // check_sections bounded index_len by the file length.
+        let mut bytes = vec![0u8; s.index_len as usize];
+        read_at(&self.src, &mut bytes, s.index_offset, &s.module_name)?;
+        Ok(bytes)
+    }
+
+    fn lookup_batch(&self, i: usize) -> Result<&RowBatch> {
+        let cell = self
+            .lookup_batches
+            .get(i)
+            .ok_or_else(|| Error::corrupt(format!("lookup has no batch {i}")))?;
+        if let Some(b) = cell.get() {
+            return Ok(b);
+        }
+        let batch = RowBatch::new(&self.lookup.batch(&self.src, i)?)?;
+        Ok(cell.get_or_init(|| batch))
+    }
+
+    fn lookup_path(&self, row: u64) -> Result<&str> {
+        let b = self.lookup_batch((row / BATCH_ROWS as u64) as usize)?;
+        Ok(b.path((row % BATCH_ROWS as u64) as usize))
+    }
+
+    fn lookup_row(&self, row: u64) -> Result<SliceRow> {
+        let b = self.lookup_batch((row / BATCH_ROWS as u64) as usize)?;
+        Ok(b.row((row % BATCH_ROWS as u64) as usize))
+    }
+
+    /// First lookup row whose path is not less than `key` (binary search).
+    fn partition(&self, key: &str) -> Result<u64> {
+        let (mut lo, mut hi) = (0u64, self.lookup_rows);
+        while lo < hi {
+            let mid = lo + (hi - lo) / 2;
+            if self.lookup_path(mid)? < key {
+                lo = mid + 1;
+            } else {
+                hi = mid;
+            }
+        }
+        Ok(lo)
+    }
+
+    fn first_row(&self, path: &str) -> Result<Option<u64>> {
+        let row = match &self.trie().1 {
+            Some(t) => match t.get(path) {
+                Some(r) => r,
+                None => return Ok(None),
+            },
+            None => self.partition(path)?,
+        };
+        if row >= self.lookup_rows {
+            return match self.trie().1 {
+                Some(_) => Err(Error::corrupt("trie points past the lookup")),
+                None => Ok(None),
+            };
+        }
+        if self.lookup_path(row)? != path {
+            return match self.trie().1 {
+                Some(_) => Err(Error::corrupt(format!(
+                    "trie and lookup disagree on {path}"
+                ))),
+                None => Ok(None),
+            };
+        }
+        Ok(Some(row))
+    }
+
+    /// The slice rows of `path`, in file order, or [`Error::NotFound`].
+    pub fn slices(&self, path: &str) -> Result<Vec<SliceRow>> {
+        let first = self
+            .first_row(path)?
+            .ok_or_else(|| Error::NotFound(path.to_string()))?;
+        let mut rows = Vec::new();
+        let mut r = first;
+        while r < self.lookup_rows && self.lookup_path(r)? == path {
+            rows.push(self.lookup_row(r)?);
+            r += 1;
+        }
+        check_file_rows(path, &rows)?;
+        Ok(rows)
+    }
+
+    /// Whether `path` is in the archive.
+    pub fn contains(&self, path: &str) -> Result<bool> {
+        Ok(self.first_row(path)?.is_some())
+    }
+
+    /// Writes the bytes of `path` to `out`, verified; returns the byte count.
+    pub fn read_file(&self, path: &str, out: &mut dyn Write) -> Result<u64> {
+        let rows = self.slices(path)?;
+        let mut scratch = BlobScratch::default();
+        let mut total = 0;
+        for row in &rows {
+            let bytes = self.read_slice(row, &mut scratch)?;
+            out.write_all(bytes)
+                .map_err(|e| Error::io(format!("writing {path}"), e))?;
+            total += bytes.len() as u64;
+        }
+        Ok(total)
+    }
+
+    /// Paths starting with `prefix`, in byte order. Reads only the trie when there
+    /// is one.
+    pub fn list(&self, prefix: &str) -> Result<Vec<String>> {
+        Ok(self.firsts(prefix)?.into_iter().map(|(p, _)| p).collect())
+    }
+
+    fn firsts(&self, prefix: &str) -> Result<Vec<(String, u64)>> {
+        if let Some(t) = &self.trie().1 {
+            return Ok(t.prefix(prefix));
+        }
+        let mut out: Vec<(String, u64)> = Vec::new();
+        let mut r = self.partition(prefix)?;
+        while r < self.lookup_rows {
+            let p = self.lookup_path(r)?;
+            if !p.starts_with(prefix) {
+                break;
+            }
+            if out.last().is_none_or(|(last, _)| last != p) {
+                out.push((p.to_string(), r));
+            }
+            r += 1;
+        }
+        Ok(out)
+    }
+
+    /// Entries (path, size, mode) whose paths start with `prefix`, in byte order.
+    pub fn entries(&self, prefix: &str) -> Result<Vec<Entry>> {
+        let firsts = self.firsts(prefix)?;
+        let mut out = Vec::with_capacity(firsts.len());
+        for (path, first) in firsts {
+            let mut e = Entry {
+                path,
+                size: 0,
+                mode: None,
+                slices: 0,
+            };
+            let mut r = first;
+            while r < self.lookup_rows && self.lookup_path(r)? == e.path {
+                let row = self.lookup_row(r)?;
+                e.size = e.size.saturating_add(row.uncompressed_size);
+                e.mode = row.mode;
+                e.slices += 1;
+                r += 1;
+            }
+            out.push(e);
+        }
+        Ok(out)
+    }
+
+    /// Every slice row of the data sections, in chunk_seq order.
+    pub fn data_rows(&self) -> Result<Vec<SliceRow>> {
+        let mut rows = Vec::new();
+        for s in self.sections.iter().filter(|s| !s.is_reserved()) {
+            let sec = IpcSection::open(
+                &self.src,
+                "data",
+                s.index_offset,
+                s.index_len,
+                Some(s.row_count),
+                base_schema(),
+            )?;
+            for i in 0..sec.num_batches() {
+                let b = RowBatch::new(&sec.batch(&self.src, i)?)?;
+                rows.extend((0..b.len()).map(|r| b.row(r)));
+            }
+        }
+        rows.sort_by_key(|r| r.chunk_seq);
+        if rows.windows(2).any(|w| w[0].chunk_seq == w[1].chunk_seq) {
+            return Err(Error::corrupt("two rows share a chunk_seq"));
+        }
+        Ok(rows)
+    }
+
+    /// The archive's metadata: [`Metadata::Absent`] when it has no meta section.
+    pub fn metadata(&self) -> Result<Metadata> {
+        let Some(s) = self.reserved(META) else {
+            return Ok(Metadata::Absent);
+        };
+        let sec = IpcSection::open(
+            &self.src,
+            "meta",
+            s.index_offset,
+            s.index_len,
+            Some(s.row_count),
+            meta_schema(),
+        )?;
+        let mut table = MetaTable::new();
+        for i in 0..sec.num_batches() {
+            table.extend_from_batch(&sec.batch(&self.src, i)?)?;
+        }
+        Ok(Metadata::Present(table))
+    }
+
+    /// Checks every section hash, that the lookup is exactly the sorted data rows,
+    /// and every slice's blake3. Returns the number of slices checked.
+    pub fn verify(&self, threads: usize) -> Result<u64> {
+        for s in &self.sections {
+            let mut hasher = blake3::Hasher::new();
+            let mut buf = vec![0u8; 1 << 20];
+            let mut off = 0;
+            while off < s.index_len {
+                let n = (s.index_len - off).min(buf.len() as u64) as usize;
+                read_at(
+                    &self.src,
+                    &mut buf[..n],
+                    s.index_offset + off,
+                    &s.module_name,
+                )?;
+                hasher.update(&buf[..n]);
+                off += n as u64;
+            }
+            if hasher.finalize().as_bytes() != &s.blake3 {
+                return Err(Error::Checksum(format!("section {}", s.module_name)));
+            }
+        }
+        let rows = self.data_rows()?;
+        let mut sorted: Vec<&SliceRow> = rows.iter().collect();
+        sorted.sort_by(|a, b| {
+            (a.relative_path.as_str(), a.fdata_offset)
+                .cmp(&(b.relative_path.as_str(), b.fdata_offset))
+        });
+        for (i, row) in sorted.iter().enumerate() {
+            if self.lookup_row(i as u64)? != **row {
+                return Err(Error::corrupt(format!(
+                    "lookup row {i} differs from the data index"
+                )));
+            }
+        }
+        if let Some(t) = &self.trie().1 {
+            for (i, row) in sorted.iter().enumerate() {
+                let first = i == 0 || sorted[i - 1].relative_path != row.relative_path;
+                if first && t.get(&row.relative_path) != Some(i as u64) {
+                    return Err(Error::corrupt(format!(
+                        "trie entry of {}",
+                        row.relative_path
+                    )));
+                }
+            }
+        }
+        self.metadata()?;
+        for_each_blob(self, &rows, threads, &|_, _| Ok(()))?;
+        Ok(rows.len() as u64)
+    }
+
+    /// Reads one slice, checks it, and returns its bytes (borrowed from `scratch`).
+    pub fn read_slice<'s>(&self, row: &SliceRow, scratch: &'s mut BlobScratch) -> Result<&'s [u8]> {
+        self.check_row(row)?;
+        let end = (row.blob_inner_offset + row.uncompressed_size) as usize;
+        let start = row.blob_inner_offset as usize;
+        scratch.blob.resize(row.blob_size as usize, 0);
+        read_at(&self.src, &mut scratch.blob, row.blob_offset, "blob")?;
+        let bytes = if row.compressed {
+            // Decode only as far as this slice reaches.
+            scratch.decoded.clear();
+            let mut dec = zstd::stream::read::Decoder::with_buffer(&scratch.blob[..])
+                .map_err(|e| Error::io("starting zstd", e))?;
+            let got = (&mut dec)
+                .take(end as u64)
+                .read_to_end(&mut scratch.decoded)
+                .map_err(|e| Error::corrupt(format!("blob at {}: {e}", row.blob_offset)))?;
+            if got < end {
+                return Err(Error::corrupt(format!(
+                    "blob at {} decodes short",
+                    row.blob_offset
+                )));
+            }
+            &scratch.decoded[start..end]
+        } else {
+            &scratch.blob[start..end]
+        };
+        if blake3::hash(bytes).as_bytes() != &row.checksum {
+            return Err(Error::Checksum(format!(
+                "{} at offset {}",
+                row.relative_path, row.fdata_offset
+            )));
+        }
+        Ok(bytes)
+    }
+
+    /// Checks a row's numbers against the archive before anything is sized by them.
+    pub(crate) fn check_row(&self, row: &SliceRow) -> Result<()> {
+        let chunk = self.props.chunk_size;
+        let bad = |m: &str| Err(Error::corrupt(format!("row of {}: {m}", row.relative_path)));
+        let inner_end = row.blob_inner_offset.checked_add(row.uncompressed_size);
+        let blob_end = row.blob_offset.checked_add(row.blob_size);
+        if blob_end.is_none_or(|e| e > self.blob_end) {
+            return bad("blob lies past the blob region");
+        }
+        if inner_end.is_none_or(|e| e > chunk) {
+            return bad("slice lies past chunk_size");
+        }
+        if row.blob_size > max_blob_size(chunk) {
+            return bad("blob larger than a chunk can compress to");
+        }
+        if !row.compressed && inner_end.is_none_or(|e| e > row.blob_size) {
+            return bad("slice lies past its raw blob");
+        }
+        Ok(())
+    }
+}
+
+/// Largest stored size of a blob of at most `chunk_size` raw bytes.
+pub(crate) fn max_blob_size(chunk_size: u64) -> u64 {
+    zstd::zstd_safe::compress_bound(chunk_size as usize) as u64
+}
+
+/// Reusable buffers for reading slices.
+#[derive(Debug, Default)]
+pub struct BlobScratch {
+    blob: Vec<u8>,
+    decoded: Vec<u8>,
+}
+
+/// The rows of one file must tile it: offsets 0, s0, s0+s1, ...
+fn check_file_rows(path: &str, rows: &[SliceRow]) -> Result<()> {
+    let mut expect = 0u64;
+    for r in rows {
+        if r.fdata_offset != expect {
+            return Err(Error::corrupt(format!(
+                "slices of {path} do not tile the file"
+            )));
+        }
+        expect = expect
+            .checked_add(r.uncompressed_size)
+            .ok_or_else(|| Error::corrupt(format!("size of {path} overflows")))?;
+    }
+    Ok(())
+}
+
+/// Sections must be aligned, inside `[blob_end, manifest_offset)` and disjoint.
+fn check_sections(sections: &[SectionEntry], blob_end: u64, manifest_offset: u64) -> Result<()> {
+    let mut spans: Vec<(u64, u64)> = Vec::with_capacity(sections.len());
+    for s in sections {
+        let end = s.index_offset.checked_add(s.index_len);
+        if s.index_offset % ALIGN != 0
+            || s.index_offset < blob_end
+            || end.is_none_or(|e| e > manifest_offset)
+        {
+            return Err(Error::corrupt(format!(
+                "section {} at {}+{} lies outside the index region",
+                s.module_name, s.index_offset, s.index_len
+            )));
+        }
+        spans.push((s.index_offset, s.index_offset + s.index_len));
+    }
+    spans.sort_unstable();
+    if spans.windows(2).any(|w| w[0].1 > w[1].0) {
+        return Err(Error::corrupt("sections overlap"));
+    }
+    Ok(())
+}
+
+/// Groups `rows` by blob and hands each decoded blob with its rows to `f`, on
+/// `threads` threads. Every slice is checked against its blake3 before `f` sees it.
+pub(crate) fn for_each_blob<R: ReadAt>(
+    archive: &Archive<R>,
+    rows: &[SliceRow],
+    threads: usize,
+    f: &(dyn Fn(&SliceRow, &[u8]) -> Result<()> + Sync),
+) -> Result<()> {
+    for r in rows {
+        archive.check_row(r)?;
+    }
+    let mut order: Vec<usize> = (0..rows.len()).collect();
+    order.sort_by_key(|&i| (rows[i].blob_offset, rows[i].blob_inner_offset));
+    let mut groups: Vec<&[usize]> = Vec::new();
+    let mut rest = &order[..];
+    while let Some(&first) = rest.first() {
+        let n = rest
+            .iter()
+            .take_while(|&&i| rows[i].blob_offset == rows[first].blob_offset)
+            .count();
+        let (g, tail) = rest.split_at(n);
+        for &i in g {
+            let r = &rows[i];
+            if (r.blob_size, r.compressed) != (rows[first].blob_size, rows[first].compressed) {
+                return Err(Error::corrupt(format!(
+                    "rows disagree on the blob at {}",
+                    r.blob_offset
+                )));
+            }
+        }
+        groups.push(g);
+        rest = tail;
+    }
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let chunk = archive.props.chunk_size;
+    let work = || -> Result<()> {
+        let mut blob = Vec::new();
+        let mut decoded = Vec::new();
+        let mut dctx =
+            zstd::bulk::Decompressor::new().map_err(|e| Error::io("starting zstd", e))?;
+        loop {
+            let g = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            let Some(group) = groups.get(g) else {
+                return Ok(());
+            };
+            let head = &rows[group[0]];
+            blob.resize(head.blob_size as usize, 0);
+            read_at(&archive.src, &mut blob, head.blob_offset, "blob")?;
+            let data: &[u8] = if head.compressed {
+                let size = match zstd::zstd_safe::get_frame_content_size(&blob) {
+                    Ok(Some(n)) if n <= chunk => n as usize,
+                    _ => {
+                        return Err(Error::corrupt(format!(
+                            "blob at {} has no valid frame size",
+                            head.blob_offset
+                        )))
+                    }
+                };
+                decoded.clear();
+                decoded.reserve(size);
+                dctx.decompress_to_buffer(&blob, &mut decoded)
+                    .map_err(|e| Error::corrupt(format!("blob at {}: {e}", head.blob_offset)))?;
+                &decoded
+            } else {
+                &blob
+            };
+            for &i in *group {
+                let r = &rows[i];
+                let (s, e) = (
+                    r.blob_inner_offset as usize,
+                    (r.blob_inner_offset + r.uncompressed_size) as usize,
+                );
+                let bytes = data.get(s..e).ok_or_else(|| {
+                    Error::corrupt(format!("slice of {} past its blob", r.relative_path))
+                })?;
+                if blake3::hash(bytes).as_bytes() != &r.checksum {
+                    return Err(Error::Checksum(format!(
+                        "{} at offset {}",
+                        r.relative_path, r.fdata_offset
+                    )));
+                }
+                f(r, bytes)?;
+            }
+        }
+    };
+    std::thread::scope(|s| {
+        let handles: Vec<_> = (0..threads.max(1)).map(|_| s.spawn(work)).collect();
+        let mut result = Ok(());
+        for h in handles {
+            let r = h.join().unwrap_or_else(|_| {
+                Err(Error::io(
+                    "reading blobs",
+                    std::io::Error::other("worker panicked"),
+                ))
+            });
+            if result.is_ok() {
+                result = r;
+            }
+        }
+        result
+    })
+}

@@ -1,0 +1,116 @@
+//! Arrow schemas of every section, the format version, and the reserved names.
+
+use std::collections::HashMap;
+use std::sync::{Arc, LazyLock};
+
+use arrow_schema::{DataType, Field, Schema, SchemaRef};
+
+use crate::error::{Error, Result};
+
+/// The format version this crate writes and reads.
+pub const FORMAT_VERSION: u32 = 1;
+/// Schema-metadata key carrying the format version in every Arrow section.
+pub const VERSION_KEY: &str = "znippy_format_version";
+/// Most rows in one Arrow record batch of any section. All batches but the last of
+/// a section hold exactly this many, so row `r` lives in batch `r / BATCH_ROWS`.
+pub const BATCH_ROWS: usize = 65_536;
+
+/// `pkg_type` of the manifest rows of reserved sections.
+pub const RESERVED_PKG_TYPE: i8 = -128;
+/// Module name of the sorted lookup section.
+pub const LOOKUP: &str = "__znippy_lookup__";
+/// Module name of the fst trie section.
+pub const TRIE: &str = "__znippy_trie__";
+/// Module name of the metadata section.
+pub const META: &str = "__znippy_meta__";
+/// Every reserved module name, listed once. Code that gathers data sections skips
+/// these; a manifest row with an unknown reserved name is refused.
+pub const RESERVED: [&str; 3] = [LOOKUP, TRIE, META];
+
+/// `pkg_type` of the data section written by this crate.
+pub const DEFAULT_PKG_TYPE: i8 = 0;
+/// `repo` of the data section written by this crate.
+pub const DEFAULT_REPO: &str = "";
+/// `module_name` of the data section written by this crate.
+pub const DEFAULT_MODULE: &str = "files";
+
+fn with_version(fields: Vec<Field>, mut md: HashMap<String, String>) -> Schema {
+    md.insert(VERSION_KEY.into(), FORMAT_VERSION.to_string());
+    Schema::new_with_metadata(fields, md)
+}
+
+/// The base columns shared by data sub-indexes and the lookup, in order.
+pub fn base_schema() -> SchemaRef {
+    static S: LazyLock<SchemaRef> = LazyLock::new(|| {
+        Arc::new(with_version(
+            vec![
+                Field::new("relative_path", DataType::Utf8, false),
+                Field::new("chunk_seq", DataType::UInt64, false),
+                Field::new("fdata_offset", DataType::UInt64, false),
+                Field::new("uncompressed_size", DataType::UInt64, false),
+                Field::new("blob_offset", DataType::UInt64, false),
+                Field::new("blob_size", DataType::UInt64, false),
+                Field::new("blob_inner_offset", DataType::UInt64, false),
+                Field::new("compressed", DataType::Boolean, false),
+                Field::new("checksum", DataType::FixedSizeBinary(32), false),
+                Field::new("mode", DataType::UInt32, true),
+            ],
+            HashMap::new(),
+        ))
+    });
+    S.clone()
+}
+
+/// Columns of the meta sub-index.
+pub fn meta_schema() -> SchemaRef {
+    static S: LazyLock<SchemaRef> = LazyLock::new(|| {
+        Arc::new(with_version(
+            vec![
+                Field::new("relative_path", DataType::Utf8, true),
+                Field::new("key", DataType::Utf8, false),
+                Field::new("value_type", DataType::Int8, false),
+                Field::new("v_str", DataType::Utf8, true),
+                Field::new("v_i64", DataType::Int64, true),
+                Field::new("v_f64", DataType::Float64, true),
+                Field::new("v_bool", DataType::Boolean, true),
+                Field::new("v_bytes", DataType::Binary, true),
+            ],
+            HashMap::new(),
+        ))
+    });
+    S.clone()
+}
+
+/// Columns of the manifest; `md` carries the archive properties.
+pub fn manifest_schema(md: HashMap<String, String>) -> SchemaRef {
+    Arc::new(with_version(
+        vec![
+            Field::new("pkg_type", DataType::Int8, false),
+            Field::new("repo", DataType::Utf8, false),
+            Field::new("module_name", DataType::Utf8, false),
+            Field::new("index_offset", DataType::UInt64, false),
+            Field::new("index_len", DataType::UInt64, false),
+            Field::new("row_count", DataType::UInt64, false),
+            Field::new("blake3", DataType::FixedSizeBinary(32), false),
+        ],
+        md,
+    ))
+}
+
+/// Refuses a section whose format version is missing or newer than ours.
+pub(crate) fn check_version(md: &HashMap<String, String>, what: &str) -> Result<()> {
+    let found = md
+        .get(VERSION_KEY)
+        .ok_or_else(|| Error::corrupt(format!("{what} has no {VERSION_KEY}")))?;
+    let major = found.split('.').next().and_then(|m| m.parse::<u32>().ok());
+    match major {
+        Some(FORMAT_VERSION) => Ok(()),
+        Some(m) if m > FORMAT_VERSION => Err(Error::UnsupportedVersion {
+            found: found.clone(),
+            supported: FORMAT_VERSION,
+        }),
+        _ => Err(Error::corrupt(format!(
+            "{what} has format version {found:?}, expected {FORMAT_VERSION}"
+        ))),
+    }
+}

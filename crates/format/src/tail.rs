@@ -1,0 +1,187 @@
+//! The tail writer: everything after the blob region, written by one function.
+//!
+//! compress, native append and the store's seal all end an archive by calling
+//! [`write_tail`], so the bytes of a tail depend only on the rows, the metadata and
+//! the properties handed to it. Byte identity between those paths holds by
+//! construction.
+
+use std::collections::HashMap;
+use std::io::Write;
+
+use crate::error::{Error, Result};
+use crate::ipc::{self, Body};
+use crate::manifest::{self, SectionEntry};
+use crate::meta::Metadata;
+use crate::path;
+use crate::props::ArchiveProps;
+use crate::row::{self, SliceRow};
+use crate::schema::{self, base_schema, meta_schema};
+use crate::trie;
+
+/// Every section starts at a multiple of this.
+pub const ALIGN: u64 = 64;
+/// The footer's magic bytes.
+pub const MAGIC: &[u8; 8] = b"ZNPYMIDX";
+/// Length of the footer: magic then the manifest offset as u64 LE.
+pub const FOOTER_LEN: u64 = 16;
+
+/// What a tail is made of.
+#[derive(Debug, Clone, Copy)]
+pub struct Tail<'a> {
+    /// The archive properties, recorded in the manifest.
+    pub props: ArchiveProps,
+    /// End of the blob region; the tail starts at the next multiple of 64.
+    pub blob_end: u64,
+    /// Every live slice row, in chunk_seq order.
+    pub rows: &'a [SliceRow],
+    /// The metadata: `Absent` writes no section, an empty table an empty one.
+    pub meta: &'a Metadata,
+}
+
+/// Summary of a written tail.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TailInfo {
+    /// Offset of the manifest.
+    pub manifest_offset: u64,
+    /// Total archive length, footer included.
+    pub archive_len: u64,
+}
+
+/// Writes the tail of an archive to `out`, which is positioned at `tail.blob_end`.
+pub fn write_tail(out: &mut dyn Write, tail: Tail<'_>) -> Result<TailInfo> {
+    check_rows(&tail)?;
+    let mut w = Aligned {
+        out,
+        pos: tail.blob_end,
+    };
+    let mut sections = Vec::new();
+
+    let data = ipc::encode(&base_schema(), &row::to_batch(tail.rows.iter())?, Body::Zstd)?;
+    sections.push(w.section(
+        schema::DEFAULT_PKG_TYPE,
+        schema::DEFAULT_REPO,
+        schema::DEFAULT_MODULE,
+        &data,
+        tail.rows.len() as u64,
+    )?);
+
+    let mut sorted: Vec<&SliceRow> = tail.rows.iter().collect();
+    sorted.sort_unstable_by(|a, b| {
+        (a.relative_path.as_str(), a.fdata_offset).cmp(&(b.relative_path.as_str(), b.fdata_offset))
+    });
+    let lookup = ipc::encode(
+        &base_schema(),
+        &row::to_batch(sorted.iter().copied())?,
+        Body::Plain,
+    )?;
+    sections.push(w.reserved(schema::LOOKUP, &lookup, sorted.len() as u64)?);
+
+    let mut firsts: Vec<(&str, u64)> = Vec::new();
+    for (i, r) in sorted.iter().enumerate() {
+        if firsts.last().is_none_or(|(p, _)| *p != r.relative_path) {
+            firsts.push((&r.relative_path, i as u64));
+        }
+    }
+    let trie = trie::build(firsts.iter().copied())?;
+    sections.push(w.reserved(schema::TRIE, &trie, firsts.len() as u64)?);
+
+    if let Metadata::Present(table) = tail.meta {
+        let meta = ipc::encode(&meta_schema(), &table.to_batch()?, Body::Plain)?;
+        sections.push(w.reserved(schema::META, &meta, table.len() as u64)?);
+    }
+
+    let mut md = HashMap::new();
+    tail.props.to_metadata(&mut md);
+    md.insert(manifest::KEY_BLOB_END.into(), tail.blob_end.to_string());
+    let manifest = manifest::encode(&sections, md)?;
+    w.pad()?;
+    let manifest_offset = w.pos;
+    w.write(&manifest)?;
+    let mut footer = [0u8; FOOTER_LEN as usize];
+    footer[..8].copy_from_slice(MAGIC);
+    footer[8..].copy_from_slice(&manifest_offset.to_le_bytes());
+    w.write(&footer)?;
+    Ok(TailInfo {
+        manifest_offset,
+        archive_len: w.pos,
+    })
+}
+
+/// The rules a tail's rows must obey; checked here because every writer comes here.
+fn check_rows(tail: &Tail<'_>) -> Result<()> {
+    let mut last_seq = None;
+    let mut seen = std::collections::HashSet::new();
+    for r in tail.rows {
+        path::validate(&r.relative_path)?;
+        if last_seq.is_some_and(|s| r.chunk_seq <= s) {
+            return Err(Error::corrupt(format!(
+                "rows out of chunk_seq order at {} (seq {})",
+                r.relative_path, r.chunk_seq
+            )));
+        }
+        last_seq = Some(r.chunk_seq);
+        if !seen.insert((r.relative_path.as_str(), r.fdata_offset)) {
+            return Err(Error::corrupt(format!(
+                "two slices of {} at offset {}",
+                r.relative_path, r.fdata_offset
+            )));
+        }
+        if r.blob_offset
+            .checked_add(r.blob_size)
+            .is_none_or(|e| e > tail.blob_end)
+        {
+            return Err(Error::corrupt(format!(
+                "blob of {} lies past blob_end {}",
+                r.relative_path, tail.blob_end
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// A writer that knows its archive offset and pads sections to [`ALIGN`].
+struct Aligned<'a> {
+    out: &'a mut dyn Write,
+    pos: u64,
+}
+
+impl Aligned<'_> {
+    fn write(&mut self, bytes: &[u8]) -> Result<()> {
+        self.out
+            .write_all(bytes)
+            .map_err(|e| Error::io("writing the archive tail", e))?;
+        self.pos += bytes.len() as u64;
+        Ok(())
+    }
+
+    fn pad(&mut self) -> Result<()> {
+        let pad = self.pos.next_multiple_of(ALIGN) - self.pos;
+        self.write(&[0u8; ALIGN as usize][..pad as usize])
+    }
+
+    fn section(
+        &mut self,
+        pkg_type: i8,
+        repo: &str,
+        module: &str,
+        bytes: &[u8],
+        rows: u64,
+    ) -> Result<SectionEntry> {
+        self.pad()?;
+        let entry = SectionEntry {
+            pkg_type,
+            repo: repo.to_string(),
+            module_name: module.to_string(),
+            index_offset: self.pos,
+            index_len: bytes.len() as u64,
+            row_count: rows,
+            blake3: *blake3::hash(bytes).as_bytes(),
+        };
+        self.write(bytes)?;
+        Ok(entry)
+    }
+
+    fn reserved(&mut self, name: &str, bytes: &[u8], rows: u64) -> Result<SectionEntry> {
+        self.section(schema::RESERVED_PKG_TYPE, "", name, bytes, rows)
+    }
+}

@@ -1,0 +1,208 @@
+//! Whole-archive operations: compress batches into a new archive, append a batch
+//! to an existing one. Both end with the one tail writer.
+
+use std::collections::HashSet;
+use std::fs::{File, OpenOptions};
+use std::io::{BufWriter, Seek, SeekFrom, Write};
+use std::os::unix::fs::FileExt;
+use std::path::Path;
+
+use crate::engine::{BatchStats, Engine, InputFile};
+use crate::error::{Error, Result};
+use crate::meta::{MetaTable, Metadata};
+use crate::props::ArchiveProps;
+use crate::reader::Archive;
+use crate::row::SliceRow;
+use crate::tail::{write_tail, Tail, TailInfo};
+
+/// What a compress or append did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Summary {
+    /// Files read from the input.
+    pub files: u64,
+    /// Input bytes.
+    pub bytes_in: u64,
+    /// Slices deduplicated against earlier identical ones.
+    pub deduped_slices: u64,
+    /// Files in the archive afterwards.
+    pub archive_files: u64,
+    /// Length of the archive afterwards.
+    pub archive_len: u64,
+}
+
+impl Summary {
+    fn add(&mut self, s: BatchStats) {
+        self.files += s.files;
+        self.bytes_in += s.bytes_in;
+        self.deduped_slices += s.deduped_slices;
+    }
+}
+
+/// Folds a new batch's rows into the live set: a path of the batch replaces every
+/// earlier row of that path. `chunk_seq` is renumbered densely in write order, so
+/// the result is what compressing the live batches in one go would number.
+pub fn merge_batch(live: &mut Vec<SliceRow>, batch: Vec<SliceRow>) {
+    let replaced: HashSet<&str> = batch.iter().map(|r| r.relative_path.as_str()).collect();
+    if live
+        .iter()
+        .any(|r| replaced.contains(r.relative_path.as_str()))
+    {
+        live.retain(|r| !replaced.contains(r.relative_path.as_str()));
+    }
+    live.extend(batch);
+    for (i, r) in live.iter_mut().enumerate() {
+        r.chunk_seq = i as u64;
+    }
+}
+
+fn count_files(rows: &[SliceRow]) -> u64 {
+    rows.iter().filter(|r| r.fdata_offset == 0).count() as u64
+}
+
+/// Compresses `batches` (each an ordered list of files) into a new archive written
+/// to `out`, with `meta` as its metadata section.
+pub fn compress<B, I>(
+    out: &mut (dyn Write + Send),
+    batches: B,
+    props: ArchiveProps,
+    threads: usize,
+    meta: &Metadata,
+    progress: &mut dyn FnMut(u64),
+) -> Result<Summary>
+where
+    B: IntoIterator<Item = I>,
+    I: IntoIterator<Item = Result<InputFile>>,
+{
+    let mut engine = Engine::new(props, threads)?;
+    let mut live = Vec::new();
+    let mut summary = Summary::default();
+    for batch in batches {
+        let (rows, stats) = engine.write_batch(batch, out, progress)?;
+        summary.add(stats);
+        merge_batch(&mut live, rows);
+    }
+    let info = write_tail(
+        out,
+        Tail {
+            props,
+            blob_end: engine.blob_end(),
+            rows: &live,
+            meta,
+        },
+    )?;
+    out.flush()
+        .map_err(|e| Error::io("writing the archive", e))?;
+    summary.archive_files = count_files(&live);
+    summary.archive_len = info.archive_len;
+    Ok(summary)
+}
+
+/// Metadata changes that come with an append.
+#[derive(Debug, Clone, Default)]
+pub struct MetaUpdate {
+    /// Rows to set; `None` leaves the metadata exactly as it was (carried forward).
+    pub set: Option<MetaTable>,
+}
+
+/// Appends one batch to the archive at `path`: new blobs go after the existing
+/// ones, replacing paths already present, and the tail is rewritten. Metadata is
+/// carried forward and `update` applied on top.
+///
+/// The old tail is kept in memory and written back if the append fails (an input
+/// that cannot be read, a full disk), so an error leaves the archive as it was.
+/// A crash in the middle is not covered: see docs/format.md.
+pub fn append<I>(
+    path: &Path,
+    batch: I,
+    update: MetaUpdate,
+    threads: usize,
+    progress: &mut dyn FnMut(u64),
+) -> Result<Summary>
+where
+    I: IntoIterator<Item = Result<InputFile>>,
+{
+    let what = || format!("opening {}", path.display());
+    let file = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(path)
+        .map_err(|e| Error::io(what(), e))?;
+    let archive = Archive::open(&file)?;
+    let live = archive.data_rows()?;
+    let meta = archive.metadata()?;
+    let props = archive.props();
+    let blob_end = archive.blob_end();
+    let old_len = archive.archive_len();
+    let mut old_tail = vec![0u8; (old_len - blob_end) as usize];
+    crate::ipc::read_at(&file, &mut old_tail, blob_end, "archive tail")?;
+    drop(archive);
+
+    let result = append_after(
+        &file, live, meta, props, blob_end, batch, update, threads, progress,
+    );
+    if result.is_err() {
+        let restored = file
+            .write_all_at(&old_tail, blob_end)
+            .and_then(|_| file.set_len(old_len))
+            .and_then(|_| file.sync_all());
+        if let Err(e) = restored {
+            return Err(Error::io(
+                format!(
+                    "restoring {} after a failed append (the archive is damaged)",
+                    path.display()
+                ),
+                e,
+            ));
+        }
+    }
+    result
+}
+
+#[allow(clippy::too_many_arguments)]
+fn append_after<I>(
+    file: &File,
+    mut live: Vec<SliceRow>,
+    mut meta: Metadata,
+    props: ArchiveProps,
+    blob_end: u64,
+    batch: I,
+    update: MetaUpdate,
+    threads: usize,
+    progress: &mut dyn FnMut(u64),
+) -> Result<Summary>
+where
+    I: IntoIterator<Item = Result<InputFile>>,
+{
+    let mut engine = Engine::resume(props, threads, &live, blob_end)?;
+    let mut out = BufWriter::new(file);
+    out.seek(SeekFrom::Start(blob_end))
+        .map_err(|e| Error::io("seeking in the archive", e))?;
+    let (rows, stats) = engine.write_batch(batch, &mut out, progress)?;
+    merge_batch(&mut live, rows);
+    if let Some(set) = update.set {
+        match &mut meta {
+            Metadata::Present(t) => t.merge(set),
+            Metadata::Absent => meta = Metadata::Present(set),
+        }
+    }
+    let TailInfo { archive_len, .. } = write_tail(
+        &mut out,
+        Tail {
+            props,
+            blob_end: engine.blob_end(),
+            rows: &live,
+            meta: &meta,
+        },
+    )?;
+    out.flush()
+        .map_err(|e| Error::io("writing the archive", e))?;
+    drop(out);
+    file.set_len(archive_len)
+        .and_then(|_| file.sync_all())
+        .map_err(|e| Error::io("finishing the archive", e))?;
+    let mut summary = Summary::default();
+    summary.add(stats);
+    summary.archive_files = count_files(&live);
+    summary.archive_len = archive_len;
+    Ok(summary)
+}
