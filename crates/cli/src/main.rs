@@ -20,7 +20,11 @@ use znippy_format::{
 use progress::{human, Progress};
 
 #[derive(Parser)]
-#[command(name = "znippy", version, about = "A seekable, deduplicating archiver with an Arrow index")]
+#[command(
+    name = "znippy",
+    version,
+    about = "A seekable, deduplicating archiver with an Arrow index"
+)]
 struct Cli {
     #[command(subcommand)]
     cmd: Cmd,
@@ -97,7 +101,12 @@ enum Cmd {
     Meta {
         archive: PathBuf,
         /// Exact key.
-        #[arg(short, long, conflicts_with = "prefix", required_unless_present = "prefix")]
+        #[arg(
+            short,
+            long,
+            conflicts_with = "prefix",
+            required_unless_present = "prefix"
+        )]
         key: Option<String>,
         /// Key prefix.
         #[arg(short, long)]
@@ -175,7 +184,9 @@ fn run(cmd: Cmd) -> Result<ExitCode> {
             let out = File::create(&tmp).with_context(|| format!("creating {}", tmp.display()))?;
             let mut out = BufWriter::new(out);
             let inputs = files.iter().map(|f| Ok(f.input()));
-            let result = compress(&mut out, [inputs], props, threads(t), &meta, &mut |n| bar.inc(n));
+            let result = compress(&mut out, [inputs], props, threads(t), &meta, &mut |n| {
+                bar.inc(n)
+            });
             let summary = match result {
                 Ok(s) => s,
                 Err(e) => {
@@ -185,8 +196,14 @@ fn run(cmd: Cmd) -> Result<ExitCode> {
                 }
             };
             drop(out);
-            std::fs::rename(&tmp, &output).with_context(|| format!("writing {}", output.display()))?;
-            bar.finish("compressed", summary.files, summary.bytes_in, summary.archive_len);
+            std::fs::rename(&tmp, &output)
+                .with_context(|| format!("writing {}", output.display()))?;
+            bar.finish(
+                "compressed",
+                summary.files,
+                summary.bytes_in,
+                summary.archive_len,
+            );
         }
         Cmd::Decompress {
             archive,
@@ -234,12 +251,16 @@ fn run(cmd: Cmd) -> Result<ExitCode> {
                     // leaves no half-written file behind.
                     let tmp = dest.with_extension("znippy-get.partial");
                     let mut out = BufWriter::new(
-                        File::create(&tmp).with_context(|| format!("creating {}", tmp.display()))?,
+                        File::create(&tmp)
+                            .with_context(|| format!("creating {}", tmp.display()))?,
                     );
-                    let res = a.read_file(&path, &mut out).map_err(anyhow::Error::from).and_then(|_| {
-                        out.flush()?;
-                        Ok(())
-                    });
+                    let res = a
+                        .read_file(&path, &mut out)
+                        .map_err(anyhow::Error::from)
+                        .and_then(|_| {
+                            out.flush()?;
+                            Ok(())
+                        });
                     drop(out);
                     if let Err(e) = res {
                         let _ = std::fs::remove_file(&tmp);
@@ -249,10 +270,16 @@ fn run(cmd: Cmd) -> Result<ExitCode> {
                 }
             }
         }
-        Cmd::Verify { archive, threads: t } => {
+        Cmd::Verify {
+            archive,
+            threads: t,
+        } => {
             let a = open(&archive)?;
             let n = a.verify(threads(t))?;
-            println!("ok: {n} slices and {} sections verified", a.sections().len());
+            println!(
+                "ok: {n} slices and {} sections verified",
+                a.sections().len()
+            );
         }
         Cmd::Info { archive } => info(&archive)?,
         Cmd::Meta {
@@ -282,7 +309,13 @@ fn run(cmd: Cmd) -> Result<ExitCode> {
                 if paths_only {
                     writeln!(out, "{path}")?;
                 } else {
-                    writeln!(out, "{path}\t{}\t{}\t{}", r.key, r.value.type_name(), r.value)?;
+                    writeln!(
+                        out,
+                        "{path}\t{}\t{}\t{}",
+                        r.key,
+                        r.value.type_name(),
+                        r.value
+                    )?;
                 }
             }
             out.flush()?;
@@ -299,7 +332,9 @@ fn run(cmd: Cmd) -> Result<ExitCode> {
             let total = files.iter().map(|f| f.size).sum();
             let bar = Progress::new(total, "append");
             let batch = files.iter().map(|f| Ok::<InputFile, _>(f.input()));
-            let s = append(&archive, batch, MetaUpdate { set }, threads(t), &mut |n| bar.inc(n))?;
+            let s = append(&archive, batch, MetaUpdate { set }, threads(t), &mut |n| {
+                bar.inc(n)
+            })?;
             bar.finish("appended", s.files, s.bytes_in, s.archive_len);
         }
     }
@@ -316,7 +351,9 @@ fn gather(inputs: &[PathBuf]) -> Result<Vec<ScannedFile>> {
         if m.is_dir() {
             out.extend(scan_dir(input)?);
         } else if m.is_file() {
-            let given = input.to_str().with_context(|| format!("{} is not UTF-8", input.display()))?;
+            let given = input
+                .to_str()
+                .with_context(|| format!("{} is not UTF-8", input.display()))?;
             let path = given.trim_start_matches("./").to_string();
             znippy_format::validate_path(&path)
                 .with_context(|| format!("{given} cannot be an archive path; give a relative path below the current directory"))?;
@@ -345,12 +382,24 @@ fn info(path: &Path) -> Result<()> {
     let entries = a.entries("")?;
     let raw: u64 = entries.iter().map(|e| e.size).sum();
     println!("archive        {}", path.display());
-    println!("size           {} ({} bytes)", human(a.archive_len()), a.archive_len());
+    println!(
+        "size           {} ({} bytes)",
+        human(a.archive_len()),
+        a.archive_len()
+    );
     println!("files          {}", entries.len());
     println!("slices         {}", a.row_count());
     println!("uncompressed   {} ({raw} bytes)", human(raw));
-    println!("blob region    {} ({} bytes)", human(a.blob_end()), a.blob_end());
-    let ratio = if a.archive_len() == 0 { 0.0 } else { raw as f64 / a.archive_len() as f64 };
+    println!(
+        "blob region    {} ({} bytes)",
+        human(a.blob_end()),
+        a.blob_end()
+    );
+    let ratio = if a.archive_len() == 0 {
+        0.0
+    } else {
+        raw as f64 / a.archive_len() as f64
+    };
     println!("ratio          {ratio:.3}");
     println!(
         "properties     codec={} level={} chunk_size={} pack_threshold={}",
@@ -361,7 +410,10 @@ fn info(path: &Path) -> Result<()> {
     );
     println!("trie           {:?}", a.trie_state());
     println!("sections:");
-    println!("  {:>8} {:<20} {:>12} {:>12} {:>10}", "pkg_type", "module", "offset", "length", "rows");
+    println!(
+        "  {:>8} {:<20} {:>12} {:>12} {:>10}",
+        "pkg_type", "module", "offset", "length", "rows"
+    );
     for s in a.sections() {
         println!(
             "  {:>8} {:<20} {:>12} {:>12} {:>10}",

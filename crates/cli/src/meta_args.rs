@@ -10,7 +10,8 @@ use znippy_format::{MetaTable, MetaValue};
 fn value(text: &str) -> Result<MetaValue> {
     match text.strip_prefix('@') {
         Some(file) => {
-            let bytes = std::fs::read(file).with_context(|| format!("reading metadata value file {file}"))?;
+            let bytes = std::fs::read(file)
+                .with_context(|| format!("reading metadata value file {file}"))?;
             Ok(MetaValue::Bytes(bytes))
         }
         None => Ok(MetaValue::infer(text)),

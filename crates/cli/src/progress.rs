@@ -41,7 +41,11 @@ impl Progress {
             b.finish_and_clear();
         }
         let secs = self.start.elapsed().as_secs_f64().max(1e-9);
-        let ratio = if stored == 0 { 0.0 } else { raw as f64 / stored as f64 };
+        let ratio = if stored == 0 {
+            0.0
+        } else {
+            raw as f64 / stored as f64
+        };
         eprintln!(
             "{what} {files} files, {} -> {} (ratio {ratio:.2}) in {secs:.2} s, {:.1} MB/s",
             human(raw),

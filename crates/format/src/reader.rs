@@ -599,28 +599,12 @@ pub(crate) fn for_each_blob<R: ReadAt>(
     for r in rows {
         archive.check_row(r)?;
     }
+    // A blob is (offset, size, compressed): an empty blob shares its offset with
+    // the next one.
+    let blob = |i: usize| (rows[i].blob_offset, rows[i].blob_size, rows[i].compressed);
     let mut order: Vec<usize> = (0..rows.len()).collect();
-    order.sort_by_key(|&i| (rows[i].blob_offset, rows[i].blob_inner_offset));
-    let mut groups: Vec<&[usize]> = Vec::new();
-    let mut rest = &order[..];
-    while let Some(&first) = rest.first() {
-        let n = rest
-            .iter()
-            .take_while(|&&i| rows[i].blob_offset == rows[first].blob_offset)
-            .count();
-        let (g, tail) = rest.split_at(n);
-        for &i in g {
-            let r = &rows[i];
-            if (r.blob_size, r.compressed) != (rows[first].blob_size, rows[first].compressed) {
-                return Err(Error::corrupt(format!(
-                    "rows disagree on the blob at {}",
-                    r.blob_offset
-                )));
-            }
-        }
-        groups.push(g);
-        rest = tail;
-    }
+    order.sort_by_key(|&i| (blob(i), rows[i].blob_inner_offset));
+    let groups: Vec<&[usize]> = order.chunk_by(|&a, &b| blob(a) == blob(b)).collect();
     let next = std::sync::atomic::AtomicUsize::new(0);
     let chunk = archive.props.chunk_size;
     let work = || -> Result<()> {

@@ -56,7 +56,11 @@ pub fn write_tail(out: &mut dyn Write, tail: Tail<'_>) -> Result<TailInfo> {
     };
     let mut sections = Vec::new();
 
-    let data = ipc::encode(&base_schema(), &row::to_batch(tail.rows.iter())?, Body::Zstd)?;
+    let data = ipc::encode(
+        &base_schema(),
+        &row::to_batch(tail.rows.iter())?,
+        Body::Zstd,
+    )?;
     sections.push(w.section(
         schema::DEFAULT_PKG_TYPE,
         schema::DEFAULT_REPO,
@@ -92,7 +96,11 @@ pub fn write_tail(out: &mut dyn Write, tail: Tail<'_>) -> Result<TailInfo> {
 
     let mut md = HashMap::new();
     tail.props.to_metadata(&mut md);
-    md.insert(manifest::KEY_BLOB_END.into(), tail.blob_end.to_string());
+    // Fixed width, so the manifest's length does not depend on the payload size.
+    md.insert(
+        manifest::KEY_BLOB_END.into(),
+        format!("{:020}", tail.blob_end),
+    );
     let manifest = manifest::encode(&sections, md)?;
     w.pad()?;
     let manifest_offset = w.pos;

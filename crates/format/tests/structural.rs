@@ -1,0 +1,153 @@
+//! Structural proofs of what each operation reads, counted through the reader's
+//! I/O layer: two archives with the same names and payloads 100x apart must cost
+//! the same bytes for `list` and `meta`, and the same plus that file's own blobs
+//! for `get`. Timing-free, so it holds on a loaded machine.
+
+mod common;
+
+use std::sync::Arc;
+
+use common::*;
+use znippy_format::{Archive, ArchiveProps, MetaSearch};
+
+fn build(scale: usize) -> Vec<u8> {
+    // Every file stays below pack_threshold at both scales, so both archives have
+    // one row per file and identical index shapes.
+    let files: Vec<(String, Vec<u8>)> = (0..2000)
+        .map(|i| {
+            (
+                format!("dir{}/file{i:05}.dat", i % 7),
+                noise(i as u64, 40 * scale),
+            )
+        })
+        .collect();
+    let meta = meta_with(&[
+        (Some("dir0/file00000.dat"), "license", "MIT"),
+        (Some("dir1/file00001.dat"), "license", "Apache-2.0"),
+        (None, "owner", "team"),
+    ]);
+    let props = ArchiveProps {
+        chunk_size: 8 << 20,
+        pack_threshold: 8 << 20,
+        level: 1,
+    };
+    archive_of(&files, props, &meta)
+}
+
+struct Costs {
+    open: u64,
+    list: u64,
+    meta: u64,
+    get_index: u64,
+    get_blobs: u64,
+    blob_bytes_touched_by_list_and_meta: u64,
+}
+
+fn measure(bytes: Vec<u8>) -> Costs {
+    let src = Recording::new(bytes);
+    let a = Archive::open(Arc::clone(&src)).unwrap();
+    let open = src.total();
+    src.take();
+    let blob_end = a.blob_end();
+    let in_blobs = |reads: &[(u64, u64)]| {
+        reads
+            .iter()
+            .filter(|r| r.0 < blob_end)
+            .map(|r| r.1)
+            .sum::<u64>()
+    };
+
+    let names = a.list("dir3/").unwrap();
+    assert_eq!(names.len(), (0..2000).filter(|i| i % 7 == 3).count());
+    let list_reads = src.take();
+
+    let md = a.metadata().unwrap();
+    assert!(matches!(md.by_key("license"), MetaSearch::Hits(h) if h.len() == 2));
+    let meta_reads = src.take();
+
+    let target = "dir2/file01234.dat";
+    let mut out = Vec::new();
+    a.read_file(target, &mut out).unwrap();
+    let get_reads = src.take();
+    let rows = a.slices(target).unwrap();
+    src.take();
+    // The only blob bytes `get` read are exactly that file's blobs.
+    let own: u64 = rows.iter().map(|r| r.blob_size).sum();
+    for &(off, len) in get_reads.iter().filter(|r| r.0 < blob_end) {
+        assert!(
+            rows.iter()
+                .any(|r| off == r.blob_offset && len == r.blob_size),
+            "get read blob bytes at {off}+{len} that are not its own"
+        );
+    }
+    let get_total: u64 = get_reads.iter().map(|r| r.1).sum();
+    Costs {
+        open,
+        list: list_reads.iter().map(|r| r.1).sum(),
+        meta: meta_reads.iter().map(|r| r.1).sum(),
+        get_index: get_total - in_blobs(&get_reads),
+        get_blobs: own,
+        blob_bytes_touched_by_list_and_meta: in_blobs(&list_reads) + in_blobs(&meta_reads),
+    }
+}
+
+#[test]
+fn list_meta_and_get_cost_the_same_for_payloads_100x_apart() {
+    let small = build(1);
+    let large = build(100);
+    let blobs = |b: &Vec<u8>| Archive::open(b.as_slice()).unwrap().blob_end();
+    assert!(blobs(&large) > 50 * blobs(&small), "payloads really differ");
+    let (s, l) = (measure(small), measure(large));
+    assert_eq!(
+        s.blob_bytes_touched_by_list_and_meta, 0,
+        "list/meta read no blob"
+    );
+    assert_eq!(
+        l.blob_bytes_touched_by_list_and_meta, 0,
+        "list/meta read no blob"
+    );
+    assert_eq!(s.open, l.open, "open");
+    assert_eq!(s.list, l.list, "list");
+    assert_eq!(s.meta, l.meta, "meta");
+    assert_eq!(s.get_index, l.get_index, "get, index part");
+    assert!(
+        l.get_blobs > 50 * s.get_blobs,
+        "the file's own blobs scale with it"
+    );
+}
+
+#[test]
+fn get_decodes_one_lookup_batch_not_the_whole_lookup() {
+    // 150,000 files make three lookup batches; a get must read only one of them.
+    let files: Vec<(String, Vec<u8>)> = (0..150_000)
+        .map(|i| (format!("f/{i:06}"), i.to_string().into_bytes()))
+        .collect();
+    let bytes = archive_of(
+        &files,
+        ArchiveProps::default(),
+        &znippy_format::Metadata::Absent,
+    );
+    let src = Recording::new(bytes);
+    let a = Archive::open(Arc::clone(&src)).unwrap();
+    let lookup = a
+        .sections()
+        .iter()
+        .find(|s| s.module_name == znippy_format::LOOKUP)
+        .unwrap()
+        .clone();
+    src.take();
+    let mut out = Vec::new();
+    a.read_file("f/140000", &mut out).unwrap();
+    assert_eq!(out, b"140000");
+    let in_lookup: u64 = src
+        .take()
+        .iter()
+        .filter(|r| r.0 >= lookup.index_offset && r.0 < lookup.index_offset + lookup.index_len)
+        .map(|r| r.1)
+        .sum();
+    assert!(
+        in_lookup < lookup.index_len / 2,
+        "read {in_lookup} of {} lookup bytes",
+        lookup.index_len
+    );
+}

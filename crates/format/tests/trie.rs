@@ -1,0 +1,129 @@
+//! The trie is a fast path, never a second truth: an archive whose trie is
+//! missing or damaged answers every question the same way through binary search
+//! of the sorted lookup.
+
+mod common;
+
+use common::*;
+use znippy_format::{Archive, Error, Metadata, TrieState, TRIE};
+
+fn sample() -> Vec<u8> {
+    let mut files: Vec<(String, Vec<u8>)> = Vec::new();
+    for i in 0..400 {
+        let dir = ["a", "ab", "a/b", "b", "zz/top", "ü"][i % 6];
+        files.push((format!("{dir}/f{i:03}"), text(i as u64, 50 + i * 40)));
+    }
+    files.push(("a/big".into(), text(9, 300_000)));
+    files.push(("solo".into(), vec![]));
+    archive_of(&files, small_props(), &Metadata::Absent)
+}
+
+fn without_trie(bytes: &[u8]) -> Vec<u8> {
+    let a = Archive::open(bytes).unwrap();
+    let sections: Vec<RawSection> = a
+        .sections()
+        .iter()
+        .filter(|s| s.module_name != TRIE)
+        .map(|s| RawSection {
+            pkg_type: s.pkg_type,
+            module: s.module_name.clone(),
+            bytes: bytes[s.index_offset as usize..(s.index_offset + s.index_len) as usize].to_vec(),
+            rows: s.row_count,
+        })
+        .collect();
+    assemble(
+        &bytes[..a.blob_end() as usize],
+        &sections,
+        a.props(),
+        &|_| {},
+    )
+}
+
+fn with_damaged_trie(bytes: &[u8]) -> Vec<u8> {
+    let a = Archive::open(bytes).unwrap();
+    let t = a.sections().iter().find(|s| s.module_name == TRIE).unwrap();
+    let mut out = bytes.to_vec();
+    out[(t.index_offset + t.index_len / 2) as usize] ^= 0x5a;
+    out
+}
+
+fn answers(a: &Archive<&[u8]>) -> Vec<String> {
+    let mut out = Vec::new();
+    for prefix in [
+        "",
+        "a",
+        "a/",
+        "a/b",
+        "ab",
+        "b",
+        "zz/",
+        "ü",
+        "solo",
+        "nothing",
+        "zzz",
+        "\u{10ffff}",
+    ] {
+        out.push(format!("list {prefix:?} {:?}", a.list(prefix).unwrap()));
+        out.push(format!(
+            "entries {prefix:?} {:?}",
+            a.entries(prefix).unwrap()
+        ));
+    }
+    for path in a.list("").unwrap() {
+        out.push(format!("slices {path} {:?}", a.slices(&path).unwrap()));
+    }
+    for missing in ["", "a", "a/", "a/f00", "a/big/", "solo2", "0", "~"] {
+        assert!(
+            matches!(a.slices(missing), Err(Error::NotFound(_))),
+            "{missing:?}"
+        );
+        out.push(format!(
+            "contains {missing:?} {}",
+            a.contains(missing).unwrap()
+        ));
+    }
+    out
+}
+
+#[test]
+fn missing_and_damaged_tries_give_identical_answers() {
+    let good = sample();
+    let missing = without_trie(&good);
+    let damaged = with_damaged_trie(&good);
+    let (g, m, d) = (
+        Archive::open(good.as_slice()).unwrap(),
+        Archive::open(missing.as_slice()).unwrap(),
+        Archive::open(damaged.as_slice()).unwrap(),
+    );
+    assert_eq!(g.trie_state(), TrieState::Used);
+    assert_eq!(m.trie_state(), TrieState::Missing);
+    assert_eq!(d.trie_state(), TrieState::Damaged);
+    let expected = answers(&g);
+    assert_eq!(answers(&m), expected);
+    assert_eq!(answers(&d), expected);
+    assert_eq!(m.verify(2).unwrap(), g.row_count());
+    assert!(
+        matches!(d.verify(2), Err(Error::Checksum(_))),
+        "verify reports the damage"
+    );
+    let mut x = Vec::new();
+    m.read_file("a/big", &mut x).unwrap();
+    assert_eq!(x, text(9, 300_000));
+}
+
+#[test]
+fn prefix_listing_is_a_byte_prefix_in_order() {
+    let good = sample();
+    let a = Archive::open(good.as_slice()).unwrap();
+    let all = a.list("").unwrap();
+    let mut sorted = all.clone();
+    sorted.sort();
+    assert_eq!(all, sorted);
+    let ab: Vec<_> = all
+        .iter()
+        .filter(|p| p.starts_with("ab"))
+        .cloned()
+        .collect();
+    assert_eq!(a.list("ab").unwrap(), ab);
+    assert_eq!(ab.len(), 67);
+}
