@@ -116,6 +116,9 @@ impl ReadAt for Recording {
     }
 }
 
+/// A manifest row: pkg_type, module, offset, len, rows, blake3.
+pub type ManifestRow = (i8, String, u64, u64, u64, [u8; 32]);
+
 /// One section of a hand-made tail.
 pub struct RawSection {
     pub pkg_type: i8,
@@ -169,7 +172,7 @@ pub fn assemble(
     blobs: &[u8],
     sections: &[RawSection],
     props: ArchiveProps,
-    fix: &dyn Fn(&mut Vec<(i8, String, u64, u64, u64, [u8; 32])>),
+    fix: &dyn Fn(&mut Vec<ManifestRow>),
 ) -> Vec<u8> {
     let mut out = blobs.to_vec();
     let blob_end = out.len() as u64;
