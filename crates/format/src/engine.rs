@@ -162,7 +162,17 @@ impl Engine {
         blob_end: u64,
     ) -> Result<Self> {
         let mut e = Engine::new(props, workers)?;
-        for r in rows {
+        e.forget_all_but(rows);
+        e.next_seq = rows.iter().map(|r| r.chunk_seq + 1).max().unwrap_or(0);
+        e.blob_end = blob_end;
+        Ok(e)
+    }
+
+    /// Rebuilds the dedupe map from `live`: slices of replaced or deleted files
+    /// are no longer dedupe targets, exactly as if the archive had been reopened.
+    pub fn forget_all_but(&mut self, live: &[SliceRow]) {
+        self.known.clear();
+        for r in live {
             let loc = SliceLoc {
                 blob: Blob::Written(BlobLoc {
                     offset: r.blob_offset,
@@ -171,11 +181,8 @@ impl Engine {
                 }),
                 inner: r.blob_inner_offset,
             };
-            e.known.entry(r.checksum).or_insert(loc);
+            self.known.entry(r.checksum).or_insert(loc);
         }
-        e.next_seq = rows.iter().map(|r| r.chunk_seq + 1).max().unwrap_or(0);
-        e.blob_end = blob_end;
-        Ok(e)
     }
 
     /// The archive properties.

@@ -13,7 +13,8 @@ use std::path::Path;
 use crate::error::{Error, Result};
 use crate::io::ReadAt;
 use crate::path;
-use crate::reader::{for_each_blob, Archive};
+use crate::reader::{check_file_rows, for_each_blob, Archive};
+use crate::row::SliceRow;
 
 /// What an extraction did.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -43,12 +44,18 @@ pub fn extract_all<R: ReadAt>(
     progress: &(dyn Fn(u64) + Sync),
 ) -> Result<ExtractStats> {
     let rows = archive.data_rows()?;
-    let mut files: HashMap<&str, (u64, Option<u32>, u64)> = HashMap::new();
+    let mut by_file: HashMap<&str, Vec<&SliceRow>> = HashMap::new();
     for r in &rows {
         path::validate(&r.relative_path)?;
-        let f = files.entry(&r.relative_path).or_insert((0, r.mode, 0));
-        f.0 = f.0.saturating_add(r.uncompressed_size);
-        f.2 += 1;
+        by_file.entry(&r.relative_path).or_default().push(r);
+    }
+    // (size, mode, slices) of every file, whose slices must tile it exactly: no
+    // hole, no overlap, so no crafted offset can make a sparse giant.
+    let mut files: HashMap<&str, (u64, Option<u32>, u64)> = HashMap::new();
+    for (p, mut slices) in by_file {
+        slices.sort_by_key(|r| r.fdata_offset);
+        let size = check_file_rows(p, slices.iter().copied())?;
+        files.insert(p, (size, slices[0].mode, slices.len() as u64));
     }
     fs::create_dir_all(dest).map_err(|e| Error::io(format!("creating {}", dest.display()), e))?;
     let mut dirs: Vec<&str> = files
@@ -72,7 +79,7 @@ pub fn extract_all<R: ReadAt>(
                 .map_err(|e| Error::io(format!("sizing {}", full.display()), e))?;
         }
     }
-    let write = |r: &crate::row::SliceRow, bytes: &[u8]| -> Result<()> {
+    let write = |r: &SliceRow, bytes: &[u8]| -> Result<()> {
         let full = dest.join(&r.relative_path);
         let what = || format!("writing {}", full.display());
         let single = files

@@ -14,7 +14,7 @@ use arrow_ipc::reader::{read_footer_length, FileDecoder};
 use arrow_ipc::writer::{FileWriter, IpcWriteOptions};
 use arrow_ipc::CompressionType;
 use arrow_ipc::{Block, MetadataVersion};
-use arrow_schema::SchemaRef;
+use arrow_schema::{DataType, SchemaRef};
 
 use crate::error::{Error, Result};
 use crate::io::ReadAt;
@@ -64,6 +64,8 @@ pub(crate) struct IpcSection {
     version: MetadataVersion,
     schema: SchemaRef,
     metadata: HashMap<String, String>,
+    /// Most bytes one batch may decode to; bounds what a crafted length can cost.
+    decoded_limit: u64,
 }
 
 impl IpcSection {
@@ -77,6 +79,7 @@ impl IpcSection {
         len: u64,
         rows: Option<u64>,
         schema: SchemaRef,
+        decoded_limit: u64,
     ) -> Result<Self> {
         let bad = |m: String| Error::corrupt(format!("{name} section: {m}"));
         if len < 18 {
@@ -135,7 +138,7 @@ impl IpcSection {
                 .zip(u64::try_from(b.metaDataLength()).ok())
                 .zip(u64::try_from(b.bodyLength()).ok())
                 .and_then(|((o, m), body)| o.checked_add(m)?.checked_add(body));
-            if end.is_none_or(|end| end > data_end) || b.metaDataLength() <= 0 {
+            if end.is_none_or(|end| end > data_end) || b.metaDataLength() < 8 {
                 return Err(bad("record batch block out of bounds".into()));
             }
         }
@@ -147,6 +150,7 @@ impl IpcSection {
             version: footer.version(),
             schema,
             metadata,
+            decoded_limit,
         })
     }
 
@@ -172,6 +176,13 @@ impl IpcSection {
         let len = block.metaDataLength() as u64 + block.bodyLength() as u64;
         let mut bytes = vec![0u8; len as usize];
         read_at(src, &mut bytes, start, self.name)?;
+        check_message(
+            &bytes,
+            block.metaDataLength() as usize,
+            &self.schema,
+            self.decoded_limit,
+        )
+        .map_err(|m| Error::corrupt(format!("{}: batch {i}: {m}", self.name)))?;
         let buf = Buffer::from_vec(bytes);
         let decoded = FileDecoder::new(self.schema.clone(), self.version)
             .read_record_batch(block, &buf)
@@ -203,4 +214,102 @@ pub(crate) fn read_at(src: &dyn ReadAt, buf: &mut [u8], offset: u64, what: &str)
             Error::io(format!("reading {what}"), e)
         }
     })
+}
+
+/// Checks a record batch message against `schema` before arrow decodes it.
+///
+/// arrow's IPC decoder trusts the lengths in a message: a node length larger than
+/// its buffers panics, and a compressed buffer's length prefix sizes an
+/// allocation. Our sections hold only flat columns, so the whole message can be
+/// checked here first: node lengths and null counts against the batch length,
+/// buffers against the body, and the decoded size against `decoded_limit`.
+fn check_message(
+    block: &[u8],
+    meta_len: usize,
+    schema: &SchemaRef,
+    decoded_limit: u64,
+) -> Result<(), String> {
+    let meta = block.get(..meta_len).ok_or("metadata past the block")?;
+    let body = &block[meta_len..];
+    let fb = match meta.get(..4) {
+        Some(m) if m == [0xff; 4] => meta.get(8..),
+        _ => meta.get(4..),
+    }
+    .ok_or("short message")?;
+    let msg = arrow_ipc::root_as_message(fb).map_err(|e| format!("unreadable message: {e}"))?;
+    let rb = msg.header_as_record_batch().ok_or("not a record batch")?;
+    let len = u64::try_from(rb.length()).map_err(|_| "negative length")?;
+    if len > BATCH_ROWS as u64 {
+        return Err(format!("{len} rows in one batch"));
+    }
+    let nodes: Vec<_> = rb.nodes().into_iter().flatten().collect();
+    let buffers: Vec<_> = rb.buffers().into_iter().flatten().collect();
+    let fields = schema.fields();
+    if nodes.len() < fields.len() {
+        return Err("fewer columns than the schema".into());
+    }
+    let compressed = rb.compression().is_some();
+    let mut decoded_total = 0u64;
+    let mut b = 0;
+    for (field, node) in fields.iter().zip(&nodes) {
+        if node.length() != rb.length()
+            || node.null_count() < 0
+            || node.null_count() > node.length()
+        {
+            return Err(format!(
+                "column {} has a bad length or null count",
+                field.name()
+            ));
+        }
+        if !field.is_nullable() && node.null_count() != 0 {
+            return Err(format!("column {} has nulls", field.name()));
+        }
+        // Element width of each buffer (validity first). arrow asserts, rather
+        // than checks, that a typed buffer's length is a multiple of its width.
+        let widths: &[u64] = match field.data_type() {
+            DataType::Utf8 | DataType::Binary => &[1, 4, 1],
+            DataType::UInt64 | DataType::Int64 | DataType::Float64 => &[1, 8],
+            DataType::UInt32 => &[1, 4],
+            _ => &[1, 1],
+        };
+        for (k, width) in widths.iter().enumerate() {
+            let buf = buffers.get(b).ok_or("fewer buffers than columns need")?;
+            b += 1;
+            let (off, blen) = (buf.offset(), buf.length());
+            let end = u64::try_from(off)
+                .ok()
+                .zip(u64::try_from(blen).ok())
+                .and_then(|(o, l)| o.checked_add(l));
+            let Some(end) = end.filter(|&e| e <= body.len() as u64) else {
+                return Err(format!("buffer of {} past the body", field.name()));
+            };
+            let raw = &body[off as usize..end as usize];
+            let decoded = match (compressed, raw.len()) {
+                (false, n) | (true, n @ 0) => n as u64,
+                (true, 1..=7) => return Err("compressed buffer without its length".into()),
+                (true, _) => {
+                    let mut p = [0u8; 8];
+                    p.copy_from_slice(&raw[..8]);
+                    match i64::from_le_bytes(p) {
+                        -1 => raw.len() as u64 - 8,
+                        n if n >= 0 => n as u64,
+                        _ => return Err("bad compressed length".into()),
+                    }
+                }
+            };
+            if decoded % width != 0 {
+                return Err(format!("a buffer of {} has a ragged length", field.name()));
+            }
+            if k == 0 && node.null_count() > 0 && decoded < len.div_ceil(8) {
+                return Err(format!("validity of {} is too short", field.name()));
+            }
+            decoded_total = decoded_total.saturating_add(decoded);
+        }
+    }
+    if decoded_total > decoded_limit {
+        return Err(format!(
+            "decodes to {decoded_total} bytes, more than the {decoded_limit} allowed"
+        ));
+    }
+    Ok(())
 }

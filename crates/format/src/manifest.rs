@@ -95,6 +95,7 @@ pub(crate) fn decode(bytes: &[u8]) -> Result<(Vec<SectionEntry>, HashMap<String,
         len,
         None,
         manifest_schema(HashMap::new()),
+        len,
     )?;
     let md = sec.metadata().clone();
     let mut out = Vec::new();

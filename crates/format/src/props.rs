@@ -50,9 +50,9 @@ impl ArchiveProps {
                 self.chunk_size
             )));
         }
-        if self.pack_threshold > self.chunk_size {
+        if self.pack_threshold >= self.chunk_size {
             return Err(Error::Property(format!(
-                "pack_threshold {} is larger than chunk_size {}",
+                "pack_threshold {} must be smaller than chunk_size {}",
                 self.pack_threshold, self.chunk_size
             )));
         }

@@ -13,6 +13,7 @@
 //! against the file and the archive properties before any buffer is sized by
 //! them, and every byte returned to a caller has passed its blake3 check.
 
+use std::collections::HashMap;
 use std::io::{Read, Write};
 use std::sync::OnceLock;
 
@@ -23,8 +24,11 @@ use crate::manifest::{self, SectionEntry};
 use crate::meta::{MetaTable, Metadata};
 use crate::props::ArchiveProps;
 use crate::row::{RowBatch, SliceRow};
-use crate::schema::{base_schema, meta_schema, BATCH_ROWS, LOOKUP, META, TRIE};
-use crate::tail::{ALIGN, FOOTER_LEN, MAGIC};
+use crate::schema::{
+    base_schema, meta_schema, BATCH_ROWS, DEFAULT_MODULE, DEFAULT_PKG_TYPE, DEFAULT_REPO, LOOKUP,
+    META, RESERVED_PKG_TYPE, TRIE,
+};
+use crate::tail::{write_tail, Tail, ALIGN, FOOTER_LEN, MAGIC};
 use crate::trie::Trie;
 
 /// Largest manifest a reader accepts (a manifest has a handful of rows).
@@ -150,6 +154,7 @@ impl<R: ReadAt> Archive<R> {
             lookup_entry.index_len,
             Some(lookup_entry.row_count),
             base_schema(),
+            lookup_entry.index_len,
         )?;
         let lookup_batches = (0..lookup.num_batches()).map(|_| OnceLock::new()).collect();
         Ok(Archive {
@@ -387,6 +392,9 @@ impl<R: ReadAt> Archive<R> {
 
     /// Every slice row of the data sections, in chunk_seq order.
     pub fn data_rows(&self) -> Result<Vec<SliceRow>> {
+        // A data section holds the lookup's rows, so it cannot decode to more
+        // than the (uncompressed) lookup takes: that bounds a crafted section.
+        let limit = self.reserved(LOOKUP).map_or(0, |l| l.index_len);
         let mut rows = Vec::new();
         for s in self.sections.iter().filter(|s| !s.is_reserved()) {
             let sec = IpcSection::open(
@@ -396,6 +404,7 @@ impl<R: ReadAt> Archive<R> {
                 s.index_len,
                 Some(s.row_count),
                 base_schema(),
+                limit,
             )?;
             for i in 0..sec.num_batches() {
                 let b = RowBatch::new(&sec.batch(&self.src, i)?)?;
@@ -405,6 +414,14 @@ impl<R: ReadAt> Archive<R> {
         rows.sort_by_key(|r| r.chunk_seq);
         if rows.windows(2).any(|w| w[0].chunk_seq == w[1].chunk_seq) {
             return Err(Error::corrupt("two rows share a chunk_seq"));
+        }
+        let mut by_path: HashMap<&str, Vec<&SliceRow>> = HashMap::new();
+        for r in &rows {
+            by_path.entry(&r.relative_path).or_default().push(r);
+        }
+        for (path, mut slices) in by_path {
+            slices.sort_by_key(|r| r.fdata_offset);
+            check_file_rows(path, slices)?;
         }
         Ok(rows)
     }
@@ -421,6 +438,7 @@ impl<R: ReadAt> Archive<R> {
             s.index_len,
             Some(s.row_count),
             meta_schema(),
+            s.index_len,
         )?;
         let mut table = MetaTable::new();
         for i in 0..sec.num_batches() {
@@ -429,8 +447,8 @@ impl<R: ReadAt> Archive<R> {
         Ok(Metadata::Present(table))
     }
 
-    /// Checks every section hash, that the lookup is exactly the sorted data rows,
-    /// and every slice's blake3. Returns the number of slices checked.
+    /// Checks every section hash, that the whole index is exactly what its rows
+    /// produce, and every slice's blake3. Returns the number of slices checked.
     pub fn verify(&self, threads: usize) -> Result<u64> {
         for s in &self.sections {
             let mut hasher = blake3::Hasher::new();
@@ -451,33 +469,63 @@ impl<R: ReadAt> Archive<R> {
                 return Err(Error::Checksum(format!("section {}", s.module_name)));
             }
         }
+        // The tail is a function of the rows, the metadata and the properties
+        // (one tail writer, deterministic), so rebuilding it must give back the
+        // very bytes on disk. That checks the lookup, the trie and the manifest
+        // (which has no checksum of its own) down to the last padding byte.
         let rows = self.data_rows()?;
-        let mut sorted: Vec<&SliceRow> = rows.iter().collect();
-        sorted.sort_by(|a, b| {
-            (a.relative_path.as_str(), a.fdata_offset)
-                .cmp(&(b.relative_path.as_str(), b.fdata_offset))
-        });
-        for (i, row) in sorted.iter().enumerate() {
-            if self.lookup_row(i as u64)? != **row {
-                return Err(Error::corrupt(format!(
-                    "lookup row {i} differs from the data index"
-                )));
-            }
+        let meta = self.metadata()?;
+        if self.written_by_this_writer() {
+            self.check_canonical_tail(&rows, &meta)?;
         }
-        if let Some(t) = &self.trie().1 {
-            for (i, row) in sorted.iter().enumerate() {
-                let first = i == 0 || sorted[i - 1].relative_path != row.relative_path;
-                if first && t.get(&row.relative_path) != Some(i as u64) {
-                    return Err(Error::corrupt(format!(
-                        "trie entry of {}",
-                        row.relative_path
-                    )));
-                }
-            }
-        }
-        self.metadata()?;
         for_each_blob(self, &rows, threads, &|_, _| Ok(()))?;
         Ok(rows.len() as u64)
+    }
+
+    /// Whether the sections are exactly the ones our tail writer produces; an
+    /// archive with extra or unknown sections is still read and verified section by
+    /// section, but cannot be compared with a rebuilt tail.
+    fn written_by_this_writer(&self) -> bool {
+        let mut names = self
+            .sections
+            .iter()
+            .map(|s| (s.pkg_type, s.repo.as_str(), s.module_name.as_str()));
+        let data = (DEFAULT_PKG_TYPE, DEFAULT_REPO, DEFAULT_MODULE);
+        let fixed = [
+            data,
+            (RESERVED_PKG_TYPE, "", LOOKUP),
+            (RESERVED_PKG_TYPE, "", TRIE),
+        ];
+        fixed.iter().all(|f| names.next() == Some(*f))
+            && match names.next() {
+                None => true,
+                Some(m) => m == (RESERVED_PKG_TYPE, "", META) && names.next().is_none(),
+            }
+    }
+
+    fn check_canonical_tail(&self, rows: &[SliceRow], meta: &Metadata) -> Result<()> {
+        let tail_start = self.blob_end;
+        let mut rebuilt = Vec::new();
+        write_tail(
+            &mut rebuilt,
+            Tail {
+                props: self.props,
+                blob_end: self.blob_end,
+                rows,
+                meta,
+            },
+        )?;
+        let mut on_disk = vec![0u8; (self.len - tail_start) as usize];
+        read_at(&self.src, &mut on_disk, tail_start, "archive tail")?;
+        if let Some(i) =
+            (0..on_disk.len().max(rebuilt.len())).find(|&i| on_disk.get(i) != rebuilt.get(i))
+        {
+            return Err(Error::corrupt(format!(
+                "the index differs from the one its rows produce, at byte {}",
+                tail_start + i as u64
+            )));
+        }
+        Ok(())
     }
 
     /// Reads one slice, checks it, and returns its bytes (borrowed from `scratch`).
@@ -549,8 +597,11 @@ pub struct BlobScratch {
     decoded: Vec<u8>,
 }
 
-/// The rows of one file must tile it: offsets 0, s0, s0+s1, ...
-fn check_file_rows(path: &str, rows: &[SliceRow]) -> Result<()> {
+/// The rows of one file must tile it: offsets 0, s0, s0+s1, ... Returns its size.
+pub(crate) fn check_file_rows<'a>(
+    path: &str,
+    rows: impl IntoIterator<Item = &'a SliceRow>,
+) -> Result<u64> {
     let mut expect = 0u64;
     for r in rows {
         if r.fdata_offset != expect {
@@ -562,7 +613,7 @@ fn check_file_rows(path: &str, rows: &[SliceRow]) -> Result<()> {
             .checked_add(r.uncompressed_size)
             .ok_or_else(|| Error::corrupt(format!("size of {path} overflows")))?;
     }
-    Ok(())
+    Ok(expect)
 }
 
 /// Sections must be aligned, inside `[blob_end, manifest_offset)` and disjoint.

@@ -41,18 +41,17 @@ impl Summary {
 /// Folds a new batch's rows into the live set: a path of the batch replaces every
 /// earlier row of that path. `chunk_seq` is renumbered densely in write order, so
 /// the result is what compressing the live batches in one go would number.
-pub fn merge_batch(live: &mut Vec<SliceRow>, batch: Vec<SliceRow>) {
+/// Returns whether any earlier row was dropped.
+pub fn merge_batch(live: &mut Vec<SliceRow>, batch: Vec<SliceRow>) -> bool {
     let replaced: HashSet<&str> = batch.iter().map(|r| r.relative_path.as_str()).collect();
-    if live
-        .iter()
-        .any(|r| replaced.contains(r.relative_path.as_str()))
-    {
-        live.retain(|r| !replaced.contains(r.relative_path.as_str()));
-    }
+    let before = live.len();
+    live.retain(|r| !replaced.contains(r.relative_path.as_str()));
+    let dropped = live.len() != before;
     live.extend(batch);
     for (i, r) in live.iter_mut().enumerate() {
         r.chunk_seq = i as u64;
     }
+    dropped
 }
 
 fn count_files(rows: &[SliceRow]) -> u64 {
@@ -79,7 +78,11 @@ where
     for batch in batches {
         let (rows, stats) = engine.write_batch(batch, out, progress)?;
         summary.add(stats);
-        merge_batch(&mut live, rows);
+        if merge_batch(&mut live, rows) {
+            // Dedupe sees live slices only, as an append reopening the archive
+            // would: so batches in one go and batch-by-batch appends agree.
+            engine.forget_all_but(&live);
+        }
     }
     let info = write_tail(
         out,

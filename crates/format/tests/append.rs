@@ -265,3 +265,37 @@ fn compressing_batches_in_one_go_equals_compress_then_append() {
     .unwrap();
     assert!(std::fs::read(&arc).unwrap() == one_go, "byte-identical");
 }
+
+#[test]
+fn three_batches_in_one_go_equal_two_then_an_append_even_when_replaced_content_returns() {
+    let tmp = tempfile::tempdir().unwrap();
+    let arc = tmp.path().join("a.znippy");
+    let b1 = [("p", text(1, 50_000)), ("q", text(2, 100))];
+    let b2 = [("p", text(3, 50_000))];
+    // The old bytes of `p` come back under another name: no longer a live slice.
+    let b3 = [("r", text(1, 50_000))];
+    let mut one_go = Vec::new();
+    znippy_format::compress(
+        &mut one_go,
+        [inputs(&b1), inputs(&b2), inputs(&b3)],
+        small_props(),
+        2,
+        &Metadata::Absent,
+        &mut |_| {},
+    )
+    .unwrap();
+    let mut two = Vec::new();
+    znippy_format::compress(
+        &mut two,
+        [inputs(&b1), inputs(&b2)],
+        small_props(),
+        2,
+        &Metadata::Absent,
+        &mut |_| {},
+    )
+    .unwrap();
+    std::fs::write(&arc, two).unwrap();
+    append(&arc, inputs(&b3), MetaUpdate::default(), 2, &mut |_| {}).unwrap();
+    assert!(std::fs::read(&arc).unwrap() == one_go, "byte-identical");
+    assert_eq!(read(&open(&arc), "r"), text(1, 50_000));
+}

@@ -1,0 +1,350 @@
+//! Hostile archives and inputs: every one gets a typed error, never a panic, an
+//! allocation sized by an untrusted field, or a write outside the target.
+
+mod common;
+
+use std::os::unix::fs::symlink;
+
+use common::*;
+use znippy_format::{extract_all, scan_dir, Archive, ArchiveProps, Error, Metadata, LOOKUP};
+
+fn sample() -> Vec<u8> {
+    let files: Vec<(String, Vec<u8>)> = (0..60)
+        .map(|i| {
+            (
+                format!("d{}/f{i}", i % 4),
+                text(i, 100 + (i as usize) * 1500),
+            )
+        })
+        .chain([("big".to_string(), noise(1, 200_000))])
+        .collect();
+    archive_of(
+        &files,
+        small_props(),
+        &meta_with(&[(Some("big"), "k", "v"), (None, "a", "1")]),
+    )
+}
+
+/// Runs every reader operation; returns whether all of them succeeded.
+fn exercise(bytes: &[u8]) -> bool {
+    let Ok(a) = Archive::open(bytes) else {
+        return false;
+    };
+    let mut ok = true;
+    match a.list("") {
+        Ok(paths) => {
+            for p in paths.iter().take(20) {
+                let mut out = Vec::new();
+                ok &= a.read_file(p, &mut out).is_ok();
+            }
+        }
+        Err(_) => ok = false,
+    }
+    ok &= a.entries("d1").is_ok();
+    ok &= a.metadata().is_ok();
+    ok &= a.verify(2).is_ok();
+    ok
+}
+
+#[test]
+fn every_truncation_is_refused() {
+    let good = sample();
+    let step = (good.len() / 500).max(1);
+    for len in (0..good.len())
+        .step_by(step)
+        .chain(good.len() - 64..good.len())
+    {
+        let r = Archive::open(&good[..len]);
+        assert!(r.is_err(), "truncated to {len} of {} opened", good.len());
+    }
+}
+
+#[test]
+fn a_flipped_byte_in_any_section_or_blob_is_caught_by_verify() {
+    let good = sample();
+    assert!(exercise(&good));
+    let a = Archive::open(good.as_slice()).unwrap();
+    let mut spans: Vec<(String, u64, u64)> = a
+        .sections()
+        .iter()
+        .map(|s| (s.module_name.clone(), s.index_offset, s.index_len))
+        .collect();
+    spans.push(("blobs".into(), 0, a.blob_end()));
+    spans.push((
+        "manifest".into(),
+        a.manifest_offset(),
+        good.len() as u64 - 16 - a.manifest_offset(),
+    ));
+    spans.push(("footer".into(), good.len() as u64 - 16, 16));
+    for (name, off, len) in spans {
+        for k in 0..24u64 {
+            let pos = off + (len * k) / 24;
+            let mut bad = good.clone();
+            bad[pos as usize] ^= 1 << (k % 8);
+            let verified = Archive::open(bad.as_slice()).and_then(|a| a.verify(2));
+            assert!(
+                verified.is_err(),
+                "flip at {pos} in {name} went unnoticed by verify"
+            );
+            exercise(&bad);
+        }
+    }
+}
+
+#[test]
+fn a_manifest_offset_past_the_end_is_refused() {
+    let mut bad = sample();
+    let n = bad.len();
+    for off in [u64::MAX, n as u64, n as u64 - 16, n as u64 - 17] {
+        bad[n - 8..].copy_from_slice(&off.to_le_bytes());
+        assert!(
+            matches!(Archive::open(bad.as_slice()), Err(Error::Corrupt(_))),
+            "{off}"
+        );
+    }
+    let mut bad = sample();
+    bad[n - 16] = b'X';
+    assert!(matches!(
+        Archive::open(bad.as_slice()),
+        Err(Error::NotAnArchive(_))
+    ));
+    assert!(matches!(
+        Archive::open(&b"short"[..]),
+        Err(Error::NotAnArchive(_))
+    ));
+}
+
+#[test]
+fn absurd_section_lengths_and_counts_are_refused() {
+    let blob = b"hello".to_vec();
+    let rows = [raw_row("x", 0, 0, &blob)];
+    let evil: [(&str, &dyn Fn(&mut ManifestRow)); 6] = [
+        ("len u64::MAX", &|r| r.3 = u64::MAX),
+        ("offset u64::MAX", &|r| r.2 = u64::MAX),
+        ("unaligned", &|r| r.2 += 1),
+        ("rows u64::MAX", &|r| r.4 = u64::MAX),
+        ("rows + 1", &|r| r.4 += 1),
+        ("inside blobs", &|r| r.2 = 0),
+    ];
+    for (what, f) in evil {
+        for target in ["files", LOOKUP] {
+            let bytes = {
+                let batch = ipc_bytes(&rows_batch(&rows));
+                let sections = [
+                    RawSection {
+                        pkg_type: 0,
+                        module: "files".into(),
+                        bytes: batch.clone(),
+                        rows: 1,
+                    },
+                    RawSection {
+                        pkg_type: -128,
+                        module: LOOKUP.into(),
+                        bytes: batch,
+                        rows: 1,
+                    },
+                ];
+                assemble(&blob, &sections, small_props(), &|m| {
+                    for r in m.iter_mut().filter(|r| r.1 == target) {
+                        f(r);
+                    }
+                })
+            };
+            let a = Archive::open(bytes.as_slice());
+            let failed = match target {
+                "files" => a.and_then(|a| a.data_rows()).is_err(),
+                _ => a.and_then(|a| a.slices("x")).is_err(),
+            };
+            assert!(failed, "{what} on {target} went through");
+            exercise(&bytes);
+        }
+    }
+}
+
+#[test]
+fn absurd_row_numbers_are_refused_before_allocating() {
+    let blob = b"hello".to_vec();
+    let base = raw_row("x", 0, 0, &blob);
+    let evil: [(&str, &dyn Fn(&mut znippy_format::SliceRow)); 7] = [
+        ("huge size", &|r| r.uncompressed_size = u64::MAX / 2),
+        ("huge blob", &|r| r.blob_size = u64::MAX),
+        ("blob past end", &|r| r.blob_offset = 1 << 40),
+        ("inner past blob", &|r| r.blob_inner_offset = 3),
+        ("inner overflow", &|r| r.blob_inner_offset = u64::MAX),
+        ("fake frame", &|r| r.compressed = true),
+        ("gap in file", &|r| r.fdata_offset = 7),
+    ];
+    let get = |bytes: &[u8]| {
+        let a = Archive::open(bytes)?;
+        let mut out = Vec::new();
+        a.read_file("x", &mut out).map(|_| out)
+    };
+    let extract = |bytes: &[u8]| {
+        let tmp = tempfile::tempdir().unwrap();
+        extract_all(&Archive::open(bytes)?, tmp.path(), 1, &|_| {})
+    };
+    let control = craft(&blob, &[base.clone()], small_props());
+    assert_eq!(
+        get(&control).unwrap(),
+        blob,
+        "the crafted archive itself is readable"
+    );
+    assert!(extract(&control).is_ok());
+    for (what, f) in evil {
+        let mut row = base.clone();
+        f(&mut row);
+        let bytes = craft(&blob, &[row], small_props());
+        assert!(get(&bytes).is_err(), "get: {what} went through");
+        assert!(extract(&bytes).is_err(), "extract: {what} went through");
+        exercise(&bytes);
+    }
+    // A zstd frame that claims an enormous content size.
+    let mut frame = zstd::bulk::compress(b"tiny", 3).unwrap();
+    let row = znippy_format::SliceRow {
+        compressed: true,
+        blob_size: frame.len() as u64,
+        ..raw_row("x", 0, 0, b"tiny")
+    };
+    frame[4] |= 0xC0; // frame content size field: 8 bytes
+    let bytes = craft(&frame, &[row], small_props());
+    assert!(get(&bytes).is_err());
+    assert!(extract(&bytes).is_err());
+}
+
+#[test]
+fn paths_that_escape_are_refused_and_nothing_is_written_outside() {
+    for evil in [
+        "../x",
+        "/etc/x",
+        "a/../../x",
+        "a\0b",
+        "a//b",
+        "./x",
+        "a\\..\\x",
+        "",
+    ] {
+        let tmp = tempfile::tempdir().unwrap();
+        let blob = b"pwned".to_vec();
+        let bytes = craft(&blob, &[raw_row(evil, 0, 0, &blob)], small_props());
+        let a = Archive::open(bytes.as_slice()).unwrap();
+        let out = tmp.path().join("out");
+        let r = extract_all(&a, &out, 2, &|_| {});
+        assert!(
+            matches!(r, Err(Error::InvalidPath { .. })),
+            "{evil:?}: {r:?}"
+        );
+        let outside: Vec<_> = std::fs::read_dir(tmp.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert!(
+            outside.iter().all(|n| n == "out"),
+            "{evil:?} wrote {outside:?}"
+        );
+        assert!(!std::path::Path::new("/etc/x").exists());
+    }
+}
+
+#[test]
+fn extraction_does_not_follow_a_planted_symlink() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("out");
+    std::fs::create_dir_all(&out).unwrap();
+    let victim = tmp.path().join("victim");
+    std::fs::write(&victim, b"precious").unwrap();
+    symlink(&victim, out.join("x")).unwrap();
+    let bytes = archive_of(
+        &[("x".to_string(), b"overwrite".to_vec())],
+        small_props(),
+        &Metadata::Absent,
+    );
+    let a = Archive::open(bytes.as_slice()).unwrap();
+    assert!(extract_all(&a, &out, 1, &|_| {}).is_err());
+    assert_eq!(std::fs::read(&victim).unwrap(), b"precious");
+}
+
+#[test]
+fn directory_input_with_symlinks_pointing_outside_is_refused() {
+    let tmp = tempfile::tempdir().unwrap();
+    let src = tmp.path().join("src");
+    std::fs::create_dir_all(src.join("sub")).unwrap();
+    std::fs::write(src.join("sub/real"), b"inside").unwrap();
+    std::fs::write(tmp.path().join("secret"), b"outside").unwrap();
+    symlink("real", src.join("sub/link_inside")).unwrap();
+    let files = scan_dir(&src).unwrap();
+    let paths: Vec<_> = files.iter().map(|f| f.path.as_str()).collect();
+    assert_eq!(
+        paths,
+        ["sub/link_inside", "sub/real"],
+        "a link to a file inside is archived as that file"
+    );
+
+    symlink("../../secret", src.join("sub/escape")).unwrap();
+    let err = scan_dir(&src).unwrap_err();
+    assert!(
+        matches!(&err, Error::Input { reason, .. } if reason.contains("outside")),
+        "{err}"
+    );
+    std::fs::remove_file(src.join("sub/escape")).unwrap();
+    symlink("/nonexistent/x", src.join("dangling")).unwrap();
+    assert!(matches!(scan_dir(&src), Err(Error::Input { .. })));
+    std::fs::remove_file(src.join("dangling")).unwrap();
+    symlink(tmp.path(), src.join("dirlink")).unwrap();
+    assert!(matches!(scan_dir(&src), Err(Error::Input { .. })));
+}
+
+#[test]
+fn writers_refuse_bad_paths_and_properties() {
+    for bad in ["../x", "/abs", "a/./b", "a\0"] {
+        let inputs = vec![Ok(znippy_format::InputFile::from_bytes(bad, vec![1], None))];
+        let r = znippy_format::compress(
+            &mut Vec::new(),
+            [inputs],
+            small_props(),
+            1,
+            &Metadata::Absent,
+            &mut |_| {},
+        );
+        assert!(matches!(r, Err(Error::InvalidPath { .. })), "{bad:?}");
+    }
+    let twice = vec![
+        Ok(znippy_format::InputFile::from_bytes("a", vec![1], None)),
+        Ok(znippy_format::InputFile::from_bytes("a", vec![2], None)),
+    ];
+    assert!(znippy_format::compress(
+        &mut Vec::new(),
+        [twice],
+        small_props(),
+        1,
+        &Metadata::Absent,
+        &mut |_| {}
+    )
+    .is_err());
+    for props in [
+        ArchiveProps {
+            chunk_size: 1,
+            ..ArchiveProps::default()
+        },
+        ArchiveProps {
+            chunk_size: 1 << 40,
+            ..ArchiveProps::default()
+        },
+        ArchiveProps {
+            pack_threshold: 4 << 20,
+            ..ArchiveProps::default()
+        },
+        ArchiveProps {
+            pack_threshold: 2 << 20,
+            ..ArchiveProps::default()
+        },
+        ArchiveProps {
+            level: 99,
+            ..ArchiveProps::default()
+        },
+    ] {
+        assert!(
+            matches!(props.validate(), Err(Error::Property(_))),
+            "{props:?}"
+        );
+    }
+}
