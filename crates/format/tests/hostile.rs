@@ -8,6 +8,9 @@ use std::os::unix::fs::symlink;
 use common::*;
 use znippy_format::{extract_all, scan_dir, Archive, ArchiveProps, Error, Metadata, LOOKUP};
 
+/// A named change to a value, for tables of hostile variants.
+type Tamper<'a, T> = (&'a str, &'a dyn Fn(&mut T));
+
 fn sample() -> Vec<u8> {
     let files: Vec<(String, Vec<u8>)> = (0..60)
         .map(|i| {
@@ -118,7 +121,7 @@ fn a_manifest_offset_past_the_end_is_refused() {
 fn absurd_section_lengths_and_counts_are_refused() {
     let blob = b"hello".to_vec();
     let rows = [raw_row("x", 0, 0, &blob)];
-    let evil: [(&str, &dyn Fn(&mut ManifestRow)); 6] = [
+    let evil: [Tamper<ManifestRow>; 6] = [
         ("len u64::MAX", &|r| r.3 = u64::MAX),
         ("offset u64::MAX", &|r| r.2 = u64::MAX),
         ("unaligned", &|r| r.2 += 1),
@@ -165,7 +168,7 @@ fn absurd_section_lengths_and_counts_are_refused() {
 fn absurd_row_numbers_are_refused_before_allocating() {
     let blob = b"hello".to_vec();
     let base = raw_row("x", 0, 0, &blob);
-    let evil: [(&str, &dyn Fn(&mut znippy_format::SliceRow)); 7] = [
+    let evil: [Tamper<znippy_format::SliceRow>; 7] = [
         ("huge size", &|r| r.uncompressed_size = u64::MAX / 2),
         ("huge blob", &|r| r.blob_size = u64::MAX),
         ("blob past end", &|r| r.blob_offset = 1 << 40),
