@@ -186,7 +186,7 @@ fn absurd_row_numbers_are_refused_before_allocating() {
         let tmp = tempfile::tempdir().unwrap();
         extract_all(&Archive::open(bytes)?, tmp.path(), 1, &|_| {})
     };
-    let control = craft(&blob, &[base.clone()], small_props());
+    let control = craft(&blob, std::slice::from_ref(&base), small_props());
     assert_eq!(
         get(&control).unwrap(),
         blob,
