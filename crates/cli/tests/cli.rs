@@ -1,0 +1,353 @@
+//! The `znippy` binary end to end: real processes, real files, exit codes.
+
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use sha2::{Digest, Sha256};
+
+fn znippy(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_znippy"))
+        .args(args)
+        .output()
+        .expect("run znippy")
+}
+
+fn ok(args: &[&str]) -> Output {
+    let out = znippy(args);
+    assert!(
+        out.status.success(),
+        "znippy {args:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
+fn s(p: &Path) -> &str {
+    p.to_str().unwrap()
+}
+
+/// The cargo registry's source cache: the crates this project builds against.
+fn registry_src() -> PathBuf {
+    let home = std::env::var_os("CARGO_HOME")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(std::env::var_os("HOME").unwrap()).join(".cargo"));
+    let src = home.join("registry/src");
+    let mut dirs: Vec<_> = std::fs::read_dir(&src)
+        .unwrap_or_else(|e| panic!("{}: {e}", src.display()))
+        .map(|e| e.unwrap().path())
+        .collect();
+    dirs.sort();
+    dirs.pop().expect("a registry index directory")
+}
+
+fn files_under(root: &Path) -> Vec<(String, PathBuf)> {
+    let mut out = Vec::new();
+    let mut stack = vec![root.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).unwrap() {
+            let p = e.unwrap().path();
+            let ft = std::fs::symlink_metadata(&p).unwrap().file_type();
+            if ft.is_dir() {
+                stack.push(p);
+            } else if ft.is_file() {
+                let rel = p.strip_prefix(root).unwrap().to_str().unwrap().to_string();
+                out.push((rel, p));
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
+#[test]
+fn the_cargo_registry_round_trips_byte_for_byte_with_modes() {
+    let src = registry_src();
+    let tmp = tempfile::tempdir().unwrap();
+    let arc = tmp.path().join("reg.znippy");
+    let out = tmp.path().join("out");
+    ok(&["compress", s(&src), "-o", s(&arc)]);
+    ok(&["verify", s(&arc)]);
+    ok(&["decompress", s(&arc), "-o", s(&out)]);
+    let want = files_under(&src);
+    let got = files_under(&out);
+    assert!(want.len() > 1000, "a real tree: {} files", want.len());
+    assert_eq!(
+        want.iter().map(|w| &w.0).collect::<Vec<_>>(),
+        got.iter().map(|g| &g.0).collect::<Vec<_>>()
+    );
+    for ((rel, a), (_, b)) in want.iter().zip(&got) {
+        let (ma, mb) = (std::fs::metadata(a).unwrap(), std::fs::metadata(b).unwrap());
+        assert_eq!(
+            ma.permissions().mode() & 0o7777,
+            mb.permissions().mode() & 0o7777,
+            "mode of {rel}"
+        );
+        assert!(
+            std::fs::read(a).unwrap() == std::fs::read(b).unwrap(),
+            "bytes of {rel}"
+        );
+    }
+    let listed = ok(&["list", s(&arc)]).stdout;
+    assert_eq!(
+        String::from_utf8(listed).unwrap().lines().count(),
+        want.len()
+    );
+
+    // Same archive bytes whatever the thread count.
+    let digest = |threads: &str| {
+        let p = tmp.path().join(format!("t{threads}.znippy"));
+        ok(&["compress", s(&src), "-o", s(&p), "--threads", threads]);
+        Sha256::digest(std::fs::read(&p).unwrap())
+    };
+    let one = digest("1");
+    assert_eq!(one, digest("2"));
+    assert_eq!(one, digest("8"));
+    assert_eq!(one, Sha256::digest(std::fs::read(&arc).unwrap()));
+}
+
+fn tree(root: &Path) {
+    let files: [(&str, &[u8], u32); 5] = [
+        ("a.txt", b"alpha", 0o644),
+        ("dir/b.txt", b"beta", 0o600),
+        ("dir/run.sh", b"#!/bin/sh\necho hi\n", 0o755),
+        ("empty", b"", 0o644),
+        ("ünï/ç.txt", b"unicode", 0o644),
+    ];
+    for (p, b, m) in files {
+        let full = root.join(p);
+        std::fs::create_dir_all(full.parent().unwrap()).unwrap();
+        std::fs::write(&full, b).unwrap();
+        std::fs::set_permissions(&full, std::fs::Permissions::from_mode(m)).unwrap();
+    }
+}
+
+#[test]
+fn get_list_info_and_help() {
+    let tmp = tempfile::tempdir().unwrap();
+    let src = tmp.path().join("src");
+    tree(&src);
+    let arc = tmp.path().join("a.znippy");
+    ok(&["compress", s(&src), "-o", s(&arc)]);
+    assert_eq!(ok(&["get", s(&arc), "dir/b.txt"]).stdout, b"beta");
+    let dest = tmp.path().join("got.txt");
+    ok(&["get", s(&arc), "ünï/ç.txt", "-o", s(&dest)]);
+    assert_eq!(std::fs::read(&dest).unwrap(), b"unicode");
+    let missing = znippy(&["get", s(&arc), "nope"]);
+    assert_eq!(missing.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&missing.stderr).contains("no such file"));
+    let long =
+        String::from_utf8(ok(&["list", s(&arc), "--prefix", "dir/", "--long"]).stdout).unwrap();
+    assert_eq!(
+        long.lines().collect::<Vec<_>>(),
+        [
+            "0600            4 dir/b.txt",
+            "0755           18 dir/run.sh"
+        ]
+    );
+    let info = String::from_utf8(ok(&["info", s(&arc)]).stdout).unwrap();
+    for want in [
+        "files          5",
+        "level=3",
+        "__znippy_lookup__",
+        "__znippy_trie__",
+        "ratio",
+    ] {
+        assert!(info.contains(want), "info lacks {want:?}:\n{info}");
+    }
+    for cmd in [
+        "compress",
+        "decompress",
+        "list",
+        "get",
+        "verify",
+        "info",
+        "meta",
+        "append",
+    ] {
+        let help = ok(&[cmd, "--help"]);
+        assert!(
+            String::from_utf8_lossy(&help.stdout).contains("Usage"),
+            "{cmd}"
+        );
+    }
+    // Summary line on stderr, no progress bar when stderr is not a terminal.
+    let out = ok(&["compress", s(&src), "-o", s(&arc)]);
+    let err = String::from_utf8(out.stderr).unwrap();
+    assert!(
+        err.starts_with("compressed 5 files") && err.contains("MB/s"),
+        "{err}"
+    );
+}
+
+#[test]
+fn meta_search_exit_codes_and_typing() {
+    let tmp = tempfile::tempdir().unwrap();
+    let src = tmp.path().join("src");
+    tree(&src);
+    let blob = tmp.path().join("blob.bin");
+    std::fs::write(&blob, [0u8, 159, 146, 150]).unwrap();
+    let with = tmp.path().join("with.znippy");
+    let at_blob = format!("a.txt=sig=@{}", s(&blob));
+    ok(&[
+        "compress",
+        s(&src),
+        "-o",
+        s(&with),
+        "--meta",
+        "a.txt=version=1.0.2",
+        "--meta",
+        "a.txt=stars=42",
+        "--meta",
+        "dir/b.txt=ratio=0.5",
+        "--meta",
+        "dir/b.txt=ok=true",
+        "--meta",
+        &at_blob,
+        "--meta-archive",
+        "owner=team=x",
+    ]);
+    let hits = ok(&["meta", s(&with), "-k", "version"]);
+    assert_eq!(
+        String::from_utf8(hits.stdout).unwrap(),
+        "a.txt\tversion\tstr\t1.0.2\n"
+    );
+    let typed = |k: &str| String::from_utf8(ok(&["meta", s(&with), "-k", k]).stdout).unwrap();
+    assert_eq!(typed("stars"), "a.txt\tstars\ti64\t42\n");
+    assert_eq!(typed("ratio"), "dir/b.txt\tratio\tf64\t0.5\n");
+    assert_eq!(typed("ok"), "dir/b.txt\tok\tbool\ttrue\n");
+    assert_eq!(typed("sig"), "a.txt\tsig\tbytes\t<4 bytes>\n");
+    assert_eq!(typed("owner"), "-\towner\tstr\tteam=x\n");
+    let prefix = ok(&["meta", s(&with), "-p", "s", "--paths-only"]);
+    assert_eq!(String::from_utf8(prefix.stdout).unwrap(), "a.txt\na.txt\n");
+    assert_eq!(
+        znippy(&["meta", s(&with), "-k", "nothing"]).status.code(),
+        Some(1)
+    );
+
+    let without = tmp.path().join("without.znippy");
+    ok(&["compress", s(&src), "-o", s(&without)]);
+    let none = znippy(&["meta", s(&without), "-k", "version"]);
+    assert_eq!(none.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&none.stderr).contains("no metadata section"));
+    assert_eq!(
+        znippy(&["meta", "/nonexistent.znippy", "-k", "x"])
+            .status
+            .code(),
+        Some(3)
+    );
+}
+
+#[test]
+fn append_replaces_adds_and_keeps_metadata() {
+    let tmp = tempfile::tempdir().unwrap();
+    let src = tmp.path().join("src");
+    tree(&src);
+    let arc = tmp.path().join("a.znippy");
+    ok(&[
+        "compress",
+        s(&src),
+        "-o",
+        s(&arc),
+        "--meta",
+        "a.txt=lic=MIT",
+    ]);
+    let more = tmp.path().join("more");
+    std::fs::create_dir_all(more.join("dir")).unwrap();
+    std::fs::write(more.join("dir/b.txt"), b"beta v2").unwrap();
+    std::fs::write(more.join("new.txt"), b"new").unwrap();
+    let single = tmp.path().join("single.txt");
+    std::fs::write(&single, b"one file").unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_znippy"))
+        .current_dir(tmp.path())
+        .args(["append", s(&arc), s(&more), "single.txt"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let list = String::from_utf8(ok(&["list", s(&arc)]).stdout).unwrap();
+    assert_eq!(
+        list.lines().collect::<Vec<_>>(),
+        [
+            "a.txt",
+            "dir/b.txt",
+            "dir/run.sh",
+            "empty",
+            "new.txt",
+            "single.txt",
+            "ünï/ç.txt"
+        ]
+    );
+    assert_eq!(ok(&["get", s(&arc), "dir/b.txt"]).stdout, b"beta v2");
+    assert_eq!(ok(&["get", s(&arc), "single.txt"]).stdout, b"one file");
+    assert_eq!(
+        ok(&["meta", s(&arc), "-k", "lic", "--paths-only"]).stdout,
+        b"a.txt\n"
+    );
+    ok(&["append", s(&arc), "--meta", "new.txt=lic=Apache-2.0"]);
+    assert_eq!(
+        ok(&["meta", s(&arc), "-k", "lic", "--paths-only"]).stdout,
+        b"a.txt\nnew.txt\n"
+    );
+    ok(&["verify", s(&arc)]);
+    // A missing input fails before anything is written.
+    let before = std::fs::read(&arc).unwrap();
+    assert_eq!(
+        znippy(&["append", s(&arc), "/nonexistent/x"]).status.code(),
+        Some(1)
+    );
+    assert_eq!(std::fs::read(&arc).unwrap(), before);
+}
+
+#[test]
+fn hostile_inputs_fail_cleanly() {
+    let tmp = tempfile::tempdir().unwrap();
+    let src = tmp.path().join("src");
+    tree(&src);
+    let arc = tmp.path().join("a.znippy");
+    ok(&["compress", s(&src), "-o", s(&arc)]);
+    let good = std::fs::read(&arc).unwrap();
+    let bad = tmp.path().join("bad.znippy");
+    let cases: Vec<(&str, Vec<u8>)> = vec![
+        ("garbage", b"this is not an archive at all".to_vec()),
+        ("empty", vec![]),
+        ("truncated", good[..good.len() - 5].to_vec()),
+        ("half", good[..good.len() / 2].to_vec()),
+        ("flipped", {
+            let mut g = good.clone();
+            let n = g.len();
+            g[n - 100] ^= 0xff;
+            g
+        }),
+    ];
+    for (what, bytes) in cases {
+        std::fs::write(&bad, &bytes).unwrap();
+        for args in [
+            vec!["list", s(&bad)],
+            vec!["verify", s(&bad)],
+            vec!["info", s(&bad)],
+            vec!["get", s(&bad), "a.txt"],
+            vec!["decompress", s(&bad), "-o", s(&tmp.path().join("o"))],
+        ] {
+            let out = znippy(&args);
+            let err = String::from_utf8_lossy(&out.stderr);
+            assert!(!err.contains("panicked"), "{what} {args:?}: {err}");
+            if what != "flipped" || args[0] == "verify" {
+                assert!(!out.status.success(), "{what} {args:?} succeeded");
+                assert!(err.starts_with("znippy: "), "{what} {args:?}: {err}");
+            }
+        }
+    }
+    // A symlink out of the input directory is refused, and no archive is left.
+    std::os::unix::fs::symlink("/etc/passwd", src.join("escape")).unwrap();
+    let target = tmp.path().join("x.znippy");
+    let out = znippy(&["compress", s(&src), "-o", s(&target)]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("outside"));
+    assert!(!target.exists());
+    let props = znippy(&["compress", s(&src), "-o", s(&target), "--chunk-size", "1"]);
+    assert!(String::from_utf8_lossy(&props.stderr).contains("chunk_size"));
+}
