@@ -13,8 +13,8 @@ use std::path::Path;
 use crate::error::{Error, Result};
 use crate::io::ReadAt;
 use crate::path;
-use crate::reader::{check_file_rows, for_each_blob, Archive};
-use crate::row::SliceRow;
+use crate::reader::{for_each_blob, Archive};
+use crate::row::{check_file_rows, SliceRow};
 
 /// What an extraction did.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]

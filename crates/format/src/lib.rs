@@ -37,6 +37,7 @@
 
 #![deny(missing_docs)]
 
+mod blobs;
 mod engine;
 mod error;
 mod extract;
@@ -54,6 +55,7 @@ mod tail;
 mod trie;
 mod writer;
 
+pub use blobs::{BlobRegion, BlobScratch};
 pub use engine::{BatchStats, Engine, InputFile, Source};
 pub use error::{Error, Result};
 pub use extract::{extract_all, ExtractStats};
@@ -62,8 +64,8 @@ pub use manifest::SectionEntry;
 pub use meta::{MetaRow, MetaSearch, MetaTable, MetaValue, Metadata};
 pub use path::{validate as validate_path, MAX_PATH_LEN};
 pub use props::{ArchiveProps, CODEC, MAX_CHUNK_SIZE, MIN_CHUNK_SIZE};
-pub use reader::{Archive, BlobScratch, Entry, TrieState};
-pub use row::SliceRow;
+pub use reader::{Archive, Entry, TrieState};
+pub use row::{check_file_rows, SliceRow};
 pub use scan::{scan_dir, ScannedFile};
 pub use schema::{
     base_schema, manifest_schema, meta_schema, BATCH_ROWS, FORMAT_VERSION, LOOKUP, META, RESERVED,

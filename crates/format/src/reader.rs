@@ -14,16 +14,17 @@
 //! them, and every byte returned to a caller has passed its blake3 check.
 
 use std::collections::HashMap;
-use std::io::{Read, Write};
+use std::io::Write;
 use std::sync::OnceLock;
 
+use crate::blobs::{BlobRegion, BlobScratch};
 use crate::error::{Error, Result};
 use crate::io::ReadAt;
 use crate::ipc::{read_at, IpcSection};
 use crate::manifest::{self, SectionEntry};
 use crate::meta::{MetaTable, Metadata};
 use crate::props::ArchiveProps;
-use crate::row::{RowBatch, SliceRow};
+use crate::row::{check_file_rows, RowBatch, SliceRow};
 use crate::schema::{
     base_schema, meta_schema, BATCH_ROWS, DEFAULT_MODULE, DEFAULT_PKG_TYPE, DEFAULT_REPO, LOOKUP,
     META, RESERVED_PKG_TYPE, TRIE,
@@ -530,90 +531,16 @@ impl<R: ReadAt> Archive<R> {
 
     /// Reads one slice, checks it, and returns its bytes (borrowed from `scratch`).
     pub fn read_slice<'s>(&self, row: &SliceRow, scratch: &'s mut BlobScratch) -> Result<&'s [u8]> {
-        self.check_row(row)?;
-        let end = (row.blob_inner_offset + row.uncompressed_size) as usize;
-        let start = row.blob_inner_offset as usize;
-        scratch.blob.resize(row.blob_size as usize, 0);
-        read_at(&self.src, &mut scratch.blob, row.blob_offset, "blob")?;
-        let bytes = if row.compressed {
-            // Decode only as far as this slice reaches.
-            scratch.decoded.clear();
-            let mut dec = zstd::stream::read::Decoder::with_buffer(&scratch.blob[..])
-                .map_err(|e| Error::io("starting zstd", e))?;
-            let got = (&mut dec)
-                .take(end as u64)
-                .read_to_end(&mut scratch.decoded)
-                .map_err(|e| Error::corrupt(format!("blob at {}: {e}", row.blob_offset)))?;
-            if got < end {
-                return Err(Error::corrupt(format!(
-                    "blob at {} decodes short",
-                    row.blob_offset
-                )));
-            }
-            &scratch.decoded[start..end]
-        } else {
-            &scratch.blob[start..end]
-        };
-        if blake3::hash(bytes).as_bytes() != &row.checksum {
-            return Err(Error::Checksum(format!(
-                "{} at offset {}",
-                row.relative_path, row.fdata_offset
-            )));
-        }
-        Ok(bytes)
+        self.region().read_slice(&self.src, row, scratch)
     }
 
-    /// Checks a row's numbers against the archive before anything is sized by them.
-    pub(crate) fn check_row(&self, row: &SliceRow) -> Result<()> {
-        let chunk = self.props.chunk_size;
-        let bad = |m: &str| Err(Error::corrupt(format!("row of {}: {m}", row.relative_path)));
-        let inner_end = row.blob_inner_offset.checked_add(row.uncompressed_size);
-        let blob_end = row.blob_offset.checked_add(row.blob_size);
-        if blob_end.is_none_or(|e| e > self.blob_end) {
-            return bad("blob lies past the blob region");
+    /// The blob region, for checking and reading rows.
+    pub fn region(&self) -> BlobRegion {
+        BlobRegion {
+            chunk_size: self.props.chunk_size,
+            end: self.blob_end,
         }
-        if inner_end.is_none_or(|e| e > chunk) {
-            return bad("slice lies past chunk_size");
-        }
-        if row.blob_size > max_blob_size(chunk) {
-            return bad("blob larger than a chunk can compress to");
-        }
-        if !row.compressed && inner_end.is_none_or(|e| e > row.blob_size) {
-            return bad("slice lies past its raw blob");
-        }
-        Ok(())
     }
-}
-
-/// Largest stored size of a blob of at most `chunk_size` raw bytes.
-pub(crate) fn max_blob_size(chunk_size: u64) -> u64 {
-    zstd::zstd_safe::compress_bound(chunk_size as usize) as u64
-}
-
-/// Reusable buffers for reading slices.
-#[derive(Debug, Default)]
-pub struct BlobScratch {
-    blob: Vec<u8>,
-    decoded: Vec<u8>,
-}
-
-/// The rows of one file must tile it: offsets 0, s0, s0+s1, ... Returns its size.
-pub(crate) fn check_file_rows<'a>(
-    path: &str,
-    rows: impl IntoIterator<Item = &'a SliceRow>,
-) -> Result<u64> {
-    let mut expect = 0u64;
-    for r in rows {
-        if r.fdata_offset != expect {
-            return Err(Error::corrupt(format!(
-                "slices of {path} do not tile the file"
-            )));
-        }
-        expect = expect
-            .checked_add(r.uncompressed_size)
-            .ok_or_else(|| Error::corrupt(format!("size of {path} overflows")))?;
-    }
-    Ok(expect)
 }
 
 /// Sections must be aligned, inside `[blob_end, manifest_offset)` and disjoint.
@@ -647,8 +574,9 @@ pub(crate) fn for_each_blob<R: ReadAt>(
     threads: usize,
     f: &(dyn Fn(&SliceRow, &[u8]) -> Result<()> + Sync),
 ) -> Result<()> {
+    let region = archive.region();
     for r in rows {
-        archive.check_row(r)?;
+        region.check(r)?;
     }
     // A blob is (offset, size, compressed): an empty blob shares its offset with
     // the next one.

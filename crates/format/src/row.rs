@@ -163,3 +163,22 @@ impl RowBatch {
         }
     }
 }
+
+/// The rows of one file must tile it: offsets 0, s0, s0+s1, ... Returns its size.
+pub fn check_file_rows<'a>(
+    path: &str,
+    rows: impl IntoIterator<Item = &'a SliceRow>,
+) -> Result<u64> {
+    let mut expect = 0u64;
+    for r in rows {
+        if r.fdata_offset != expect {
+            return Err(Error::corrupt(format!(
+                "slices of {path} do not tile the file"
+            )));
+        }
+        expect = expect
+            .checked_add(r.uncompressed_size)
+            .ok_or_else(|| Error::corrupt(format!("size of {path} overflows")))?;
+    }
+    Ok(expect)
+}

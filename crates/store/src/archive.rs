@@ -1,0 +1,542 @@
+//! One live archive: its derived in-memory state and its append protocol.
+//!
+//! The Iceberg tables are the truth (law 1). Everything in [`LiveArchive`] is
+//! derived from them when the archive opens and updated after each commit: the
+//! lookup of live files (latest append wins, a tombstone deletes), the metadata
+//! table, the committed blob end and the engine's dedupe map.
+//!
+//! An append, in order (law 6, acknowledged means durable):
+//! 1. the engine writes the batch's blobs at the committed blob end; fsync;
+//! 2. the `files` rows (and `meta` rows) go to new parquet files; fsync;
+//! 3. one `files` snapshot commits, its summary holding the new blob end, the
+//!    append number and, if there are meta rows, their data files (as JSON);
+//! 4. the `meta` snapshot commits those meta data files.
+//!
+//! Step 3 is the commit point. A crash before it leaves sidecar bytes past the
+//! committed end, cut off on the next open. A crash between 3 and 4 is rolled
+//! forward on open: the meta data files named in the `files` summary are
+//! committed to `meta`.
+
+use std::collections::{BTreeMap, HashMap};
+use std::io::Write;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use iceberg::spec::{deserialize_data_file_from_json, serialize_data_file_to_json, DataFile};
+use iceberg::table::Table;
+use iceberg::transaction::{ApplyTransactionAction, Transaction};
+use iceberg::{Catalog, NamespaceIdent, TableIdent};
+use znippy_format::{
+    check_file_rows, ArchiveProps, BlobRegion, BlobScratch, Engine, Entry, InputFile, MetaTable,
+    Metadata, SliceRow,
+};
+
+use crate::catalog::{RedbCatalog, BLOB_END_KEY};
+use crate::error::{Result, StoreError};
+use crate::sidecar::Sidecar;
+use crate::tables::{self, FileRow, MetaLogRow, FILES, META};
+
+const APPEND_SEQ_KEY: &str = "znippy.append-seq";
+const PENDING_META_KEY: &str = "znippy.pending-meta";
+
+/// A live file: its rows (in file order) and the append that wrote them.
+#[derive(Debug, Clone)]
+pub struct LiveFile {
+    /// The append that last wrote this path.
+    pub append_seq: u64,
+    /// Its slices, in file order.
+    pub rows: Vec<SliceRow>,
+}
+
+impl LiveFile {
+    fn entry(&self, path: &str) -> Entry {
+        Entry {
+            path: path.to_string(),
+            size: self.rows.iter().map(|r| r.uncompressed_size).sum(),
+            mode: self.rows.first().and_then(|r| r.mode),
+            slices: self.rows.len() as u64,
+        }
+    }
+}
+
+/// What an append did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AppendReceipt {
+    /// Files in the batch.
+    pub files: u64,
+    /// Input bytes of the batch.
+    pub bytes: u64,
+    /// The append's number (1, 2, ...).
+    pub append_seq: u64,
+    /// The `files` snapshot that committed it.
+    pub snapshot_id: i64,
+    /// The committed blob end afterwards.
+    pub blob_end: u64,
+}
+
+/// The state of a live archive, derived from its tables.
+pub struct LiveArchive {
+    pub(crate) id: String,
+    pub(crate) props: ArchiveProps,
+    pub(crate) files_ident: TableIdent,
+    pub(crate) meta_ident: TableIdent,
+    pub(crate) sidecar: Arc<Sidecar>,
+    pub(crate) sidecar_path: PathBuf,
+    pub(crate) blob_end: u64,
+    pub(crate) append_seq: u64,
+    pub(crate) snapshot_id: Option<i64>,
+    pub(crate) live: BTreeMap<String, LiveFile>,
+    pub(crate) meta: Metadata,
+    pub(crate) sealed: bool,
+    engine: Option<Engine>,
+    threads: usize,
+}
+
+impl std::fmt::Debug for LiveArchive {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LiveArchive")
+            .field("id", &self.id)
+            .field("blob_end", &self.blob_end)
+            .field("append_seq", &self.append_seq)
+            .field("files", &self.live.len())
+            .finish_non_exhaustive()
+    }
+}
+
+fn summary(table: &Table, key: &str) -> Option<String> {
+    table
+        .metadata()
+        .current_snapshot()?
+        .summary()
+        .additional_properties
+        .get(key)
+        .cloned()
+}
+
+fn summary_u64(table: &Table, key: &str) -> Result<u64> {
+    match summary(table, key) {
+        None => Ok(0),
+        Some(v) => v
+            .parse()
+            .map_err(|_| StoreError::Corrupt(format!("snapshot summary {key} = {v:?}"))),
+    }
+}
+
+/// Latest append wins per path; a tombstone there deletes it.
+fn live_files(rows: Vec<FileRow>) -> Result<BTreeMap<String, LiveFile>> {
+    let mut latest: HashMap<String, (u64, bool, Vec<SliceRow>)> = HashMap::new();
+    for r in rows {
+        let e = latest.entry(r.slice.relative_path.clone()).or_insert((
+            r.append_seq,
+            r.tombstone,
+            Vec::new(),
+        ));
+        if r.append_seq > e.0 {
+            *e = (r.append_seq, r.tombstone, Vec::new());
+        }
+        if r.append_seq == e.0 {
+            e.1 |= r.tombstone;
+            if !r.tombstone {
+                e.2.push(r.slice);
+            }
+        }
+    }
+    let mut out = BTreeMap::new();
+    for (path, (append_seq, tomb, mut rows)) in latest {
+        if tomb {
+            continue;
+        }
+        rows.sort_by_key(|r| r.fdata_offset);
+        check_file_rows(&path, &rows)?;
+        out.insert(path, LiveFile { append_seq, rows });
+    }
+    Ok(out)
+}
+
+/// Latest append wins per `(key, path)`; a tombstone removes the key.
+fn live_meta(rows: Vec<MetaLogRow>, has_section: bool) -> Result<Metadata> {
+    if !has_section && rows.is_empty() {
+        return Ok(Metadata::Absent);
+    }
+    let mut latest: HashMap<(String, Option<String>), MetaLogRow> = HashMap::new();
+    for r in rows {
+        let k = (r.key.clone(), r.path.clone());
+        if latest
+            .get(&k)
+            .is_none_or(|old| r.append_seq >= old.append_seq)
+        {
+            latest.insert(k, r);
+        }
+    }
+    let mut t = MetaTable::new();
+    for r in latest.into_values().filter(|r| !r.tombstone) {
+        t.set(r.path.as_deref(), &r.key, r.value)?;
+    }
+    Ok(Metadata::Present(t))
+}
+
+impl LiveArchive {
+    /// Loads an archive from its tables, truncating the sidecar to the committed
+    /// end and rolling a half-finished meta commit forward.
+    pub(crate) async fn open(
+        catalog: &RedbCatalog,
+        id: &str,
+        ns: &NamespaceIdent,
+        sidecar_path: PathBuf,
+        threads: usize,
+    ) -> Result<Self> {
+        let props = crate::namespace_props(catalog, ns).await?;
+        let files_ident = TableIdent::new(ns.clone(), FILES.into());
+        let meta_ident = TableIdent::new(ns.clone(), META.into());
+        let files = catalog.load_table(&files_ident).await?;
+        let mut meta = catalog.load_table(&meta_ident).await?;
+        let append_seq = summary_u64(&files, APPEND_SEQ_KEY)?;
+        if summary_u64(&meta, APPEND_SEQ_KEY)? < append_seq {
+            if let Some(pending) = summary(&files, PENDING_META_KEY) {
+                meta = roll_forward_meta(catalog, &meta, &pending, append_seq).await?;
+            }
+        }
+        let blob_end = summary_u64(&files, BLOB_END_KEY)?;
+        let live = live_files(tables::file_rows(&tables::scan_all(&files).await?)?)?;
+        let meta_rows = tables::meta_rows(&tables::scan_all(&meta).await?)?;
+        let meta = live_meta(meta_rows, props.with_meta)?;
+        let sidecar = Sidecar::open(&sidecar_path, blob_end)?;
+        let mut archive = LiveArchive {
+            id: id.to_string(),
+            props: props.archive,
+            files_ident,
+            meta_ident,
+            sidecar: Arc::new(sidecar),
+            sidecar_path,
+            blob_end,
+            append_seq,
+            snapshot_id: files.metadata().current_snapshot_id(),
+            live,
+            meta,
+            sealed: props.sealed,
+            engine: None,
+            threads,
+        };
+        archive.engine = Some(archive.fresh_engine()?);
+        Ok(archive)
+    }
+
+    /// An engine whose dedupe map holds exactly the committed live slices.
+    fn fresh_engine(&self) -> Result<Engine> {
+        let mut rows: Vec<SliceRow> = self
+            .live
+            .values()
+            .flat_map(|f| f.rows.iter().cloned())
+            .collect();
+        rows.sort_by_key(|r| r.chunk_seq);
+        Ok(Engine::resume(
+            self.props,
+            self.threads,
+            &rows,
+            self.blob_end,
+        )?)
+    }
+
+    /// The archive's live files, in path order, starting with `prefix`.
+    pub fn entries(&self, prefix: &str) -> Vec<Entry> {
+        self.live
+            .range(prefix.to_string()..)
+            .take_while(|(p, _)| p.starts_with(prefix))
+            .map(|(p, f)| f.entry(p))
+            .collect()
+    }
+
+    /// One live file's entry.
+    pub fn stat(&self, path: &str) -> Result<Entry> {
+        self.live
+            .get(path)
+            .map(|f| f.entry(path))
+            .ok_or_else(|| StoreError::NotFound(path.to_string()))
+    }
+
+    /// Writes the bytes of `path` to `out`, verified. Reads only that file's
+    /// blobs, found through the derived lookup; no Iceberg file is touched.
+    pub fn read_file(&self, path: &str, out: &mut dyn Write) -> Result<u64> {
+        let file = self
+            .live
+            .get(path)
+            .ok_or_else(|| StoreError::NotFound(path.to_string()))?;
+        let region = BlobRegion {
+            chunk_size: self.props.chunk_size,
+            end: self.blob_end,
+        };
+        let mut scratch = BlobScratch::default();
+        let mut n = 0;
+        for row in &file.rows {
+            let bytes = region.read_slice(self.sidecar.file(), row, &mut scratch)?;
+            out.write_all(bytes)
+                .map_err(|e| StoreError::io(format!("writing {path}"), e))?;
+            n += bytes.len() as u64;
+        }
+        Ok(n)
+    }
+
+    /// Appends one batch (and metadata rows) as one commit.
+    pub(crate) async fn append(
+        &mut self,
+        catalog: &RedbCatalog,
+        files: Vec<InputFile>,
+        meta: Option<MetaTable>,
+    ) -> Result<AppendReceipt> {
+        if self.sealed {
+            return Err(StoreError::Sealed(self.id.clone()));
+        }
+        let seq = self.append_seq + 1;
+        let mut engine = match self.engine.take() {
+            Some(e) => e,
+            None => self.fresh_engine()?,
+        };
+        let sidecar = Arc::clone(&self.sidecar);
+        let start = self.blob_end;
+        let written = tokio::task::spawn_blocking(move || {
+            let mut out = sidecar.writer_at(start);
+            let r = engine.write_batch(files.into_iter().map(Ok), &mut out, &mut |_| {});
+            let r = r
+                .map_err(StoreError::from)
+                .and_then(|x| sidecar.sync().map(|_| x));
+            (engine, r)
+        })
+        .await
+        .map_err(|e| StoreError::Corrupt(format!("compression task: {e}")))?;
+        let (engine, result) = written;
+        let committed = match result {
+            Ok((rows, stats)) => {
+                let new_end = engine.blob_end();
+                self.commit_files(catalog, seq, &rows, meta.as_ref(), new_end)
+                    .await
+                    .map(|(snap, pending)| (snap, pending, rows, stats))
+            }
+            Err(e) => Err(e),
+        };
+        let (snapshot_id, pending, rows, stats) = match committed {
+            Ok(c) => c,
+            Err(e) => {
+                // Nothing was committed: cut the blobs back and forget them.
+                self.sidecar.truncate(self.blob_end)?;
+                self.engine = Some(self.fresh_engine()?);
+                return Err(e);
+            }
+        };
+        self.blob_end = engine.blob_end();
+        self.engine = Some(engine);
+        if self.apply_rows(seq, rows) {
+            self.engine = Some(self.fresh_engine()?);
+        }
+        self.append_seq = seq;
+        self.snapshot_id = Some(snapshot_id);
+        if !pending.is_empty() {
+            // Committed already; if this step fails, the next open rolls it forward.
+            let meta_table = catalog.load_table(&self.meta_ident).await?;
+            commit_meta(catalog, &meta_table, pending, seq).await?;
+            if let Metadata::Absent = self.meta {
+                crate::set_has_meta(catalog, self.files_ident.namespace()).await?;
+                self.meta = Metadata::Present(MetaTable::new());
+            }
+            if let (Metadata::Present(t), Some(set)) = (&mut self.meta, meta) {
+                t.merge(set);
+            }
+        }
+        Ok(AppendReceipt {
+            files: stats.files,
+            bytes: stats.bytes_in,
+            append_seq: seq,
+            snapshot_id,
+            blob_end: self.blob_end,
+        })
+    }
+
+    /// Folds committed rows into the lookup; returns whether a path was replaced.
+    fn apply_rows(&mut self, seq: u64, rows: Vec<SliceRow>) -> bool {
+        let mut by_path: BTreeMap<String, Vec<SliceRow>> = BTreeMap::new();
+        for r in rows {
+            by_path.entry(r.relative_path.clone()).or_default().push(r);
+        }
+        let mut replaced = false;
+        for (path, mut rows) in by_path {
+            rows.sort_by_key(|r| r.fdata_offset);
+            replaced |= self
+                .live
+                .insert(
+                    path,
+                    LiveFile {
+                        append_seq: seq,
+                        rows,
+                    },
+                )
+                .is_some();
+        }
+        replaced
+    }
+
+    /// Steps 2 and 3 of an append: returns the `files` snapshot id and the meta
+    /// data files still to commit (step 4).
+    async fn commit_files(
+        &self,
+        catalog: &RedbCatalog,
+        seq: u64,
+        rows: &[SliceRow],
+        meta: Option<&MetaTable>,
+        new_end: u64,
+    ) -> Result<(i64, Vec<DataFile>)> {
+        let files = catalog.load_table(&self.files_ident).await?;
+        let file_rows: Vec<FileRow> = rows
+            .iter()
+            .map(|s| FileRow {
+                slice: s.clone(),
+                append_seq: seq,
+                tombstone: false,
+            })
+            .collect();
+        let meta_rows: Vec<MetaLogRow> = meta
+            .iter()
+            .flat_map(|t| t.rows())
+            .map(|r| MetaLogRow {
+                path: r.path,
+                key: r.key,
+                value: r.value,
+                append_seq: seq,
+                tombstone: false,
+            })
+            .collect();
+        let mut props = HashMap::from([
+            (BLOB_END_KEY.to_string(), new_end.to_string()),
+            (APPEND_SEQ_KEY.to_string(), seq.to_string()),
+        ]);
+        let pending = if meta_rows.is_empty() {
+            Vec::new()
+        } else {
+            let meta_table = catalog.load_table(&self.meta_ident).await?;
+            let pending =
+                tables::write_data_file(&meta_table, tables::meta_batch(&meta_table, &meta_rows)?)
+                    .await?;
+            props.insert(
+                PENDING_META_KEY.into(),
+                encode_data_files(&meta_table, &pending)?,
+            );
+            pending
+        };
+        let data = if file_rows.is_empty() {
+            Vec::new()
+        } else {
+            tables::write_data_file(&files, tables::files_batch(&files, &file_rows)?).await?
+        };
+        let snapshot_id = commit_files(catalog, &files, data, props).await?;
+        Ok((snapshot_id, pending))
+    }
+
+    /// Deletes `path` with a tombstone row, as one commit.
+    pub(crate) async fn delete(&mut self, catalog: &RedbCatalog, path: &str) -> Result<i64> {
+        if self.sealed {
+            return Err(StoreError::Sealed(self.id.clone()));
+        }
+        if !self.live.contains_key(path) {
+            return Err(StoreError::NotFound(path.to_string()));
+        }
+        let seq = self.append_seq + 1;
+        let files = catalog.load_table(&self.files_ident).await?;
+        let tomb = FileRow {
+            slice: SliceRow {
+                relative_path: path.to_string(),
+                chunk_seq: 0,
+                fdata_offset: 0,
+                uncompressed_size: 0,
+                blob_offset: 0,
+                blob_size: 0,
+                blob_inner_offset: 0,
+                compressed: false,
+                checksum: [0; 32],
+                mode: None,
+            },
+            append_seq: seq,
+            tombstone: true,
+        };
+        let data = tables::write_data_file(&files, tables::files_batch(&files, &[tomb])?).await?;
+        let props = HashMap::from([
+            (BLOB_END_KEY.to_string(), self.blob_end.to_string()),
+            (APPEND_SEQ_KEY.to_string(), seq.to_string()),
+        ]);
+        let snapshot_id = commit_files(catalog, &files, data, props).await?;
+        self.live.remove(path);
+        self.engine = Some(self.fresh_engine()?);
+        self.append_seq = seq;
+        self.snapshot_id = Some(snapshot_id);
+        Ok(snapshot_id)
+    }
+}
+
+fn encode_data_files(table: &Table, files: &[DataFile]) -> Result<String> {
+    let md = table.metadata();
+    let mut out = Vec::new();
+    for f in files {
+        out.push(serialize_data_file_to_json(
+            f.clone(),
+            md.default_partition_type(),
+            md.format_version(),
+        )?);
+    }
+    serde_json::to_string(&out).map_err(|e| StoreError::Corrupt(format!("pending meta: {e}")))
+}
+
+/// One `files` snapshot: the commit point of an append or a delete.
+async fn commit_files(
+    catalog: &RedbCatalog,
+    files: &Table,
+    data: Vec<DataFile>,
+    props: HashMap<String, String>,
+) -> Result<i64> {
+    let tx = Transaction::new(files);
+    let action = tx
+        .fast_append()
+        .with_check_duplicate(false)
+        .add_data_files(data)
+        .set_snapshot_properties(props);
+    let committed = action.apply(tx)?.commit(catalog).await?;
+    committed
+        .metadata()
+        .current_snapshot_id()
+        .ok_or_else(|| StoreError::Corrupt("commit left no snapshot".into()))
+}
+
+async fn commit_meta(
+    catalog: &RedbCatalog,
+    meta: &Table,
+    files: Vec<DataFile>,
+    seq: u64,
+) -> Result<Table> {
+    let props = HashMap::from([(APPEND_SEQ_KEY.to_string(), seq.to_string())]);
+    let tx = Transaction::new(meta);
+    let action = tx
+        .fast_append()
+        .with_check_duplicate(false)
+        .add_data_files(files)
+        .set_snapshot_properties(props);
+    Ok(action.apply(tx)?.commit(catalog).await?)
+}
+
+/// Commits the meta data files a `files` snapshot named but whose own commit
+/// did not happen (a crash between the two commits of one append).
+async fn roll_forward_meta(
+    catalog: &RedbCatalog,
+    meta: &Table,
+    pending: &str,
+    seq: u64,
+) -> Result<Table> {
+    let jsons: Vec<String> = serde_json::from_str(pending)
+        .map_err(|e| StoreError::Corrupt(format!("pending meta: {e}")))?;
+    let md = meta.metadata();
+    let mut files = Vec::new();
+    for j in jsons {
+        files.push(deserialize_data_file_from_json(
+            &j,
+            md.default_partition_spec_id(),
+            md.default_partition_type(),
+            md.current_schema(),
+        )?);
+    }
+    commit_meta(catalog, meta, files, seq).await
+}

@@ -1,0 +1,635 @@
+//! `RedbCatalog`: an Iceberg catalog whose pointers live in one redb file.
+//!
+//! The catalog keeps two maps in `catalog.redb`: namespaces (with properties) and
+//! tables (with the location of their current metadata file). Table metadata,
+//! manifests and data files live in the warehouse directory, as in any Iceberg
+//! catalog. A commit writes the next metadata file, makes it and everything the
+//! new snapshot added durable (fsync), then swaps the table's pointer in one redb
+//! write transaction, comparing it with the pointer the commit started from. A
+//! commit that lost that race gets iceberg's retryable `CatalogCommitConflicts`,
+//! so `Transaction::commit` rebuilds it on the new state and tries again.
+//!
+//! After every swap the table's `metadata/version-hint.text` is rewritten
+//! atomically, so DuckDB's `iceberg_scan('<table dir>')` finds the current
+//! version without a catalog.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::str::FromStr;
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use iceberg::io::FileIO;
+use iceberg::spec::{ManifestList, TableMetadata, TableMetadataBuilder};
+use iceberg::table::Table;
+use iceberg::{
+    Catalog, Error, ErrorKind, MetadataLocation, Namespace, NamespaceIdent, Result, TableCommit,
+    TableCreation, TableIdent,
+};
+use redb::{Database, ReadableTable, TableDefinition};
+
+/// Snapshot-summary key holding the end of an archive's committed blob region.
+pub const BLOB_END_KEY: &str = "znippy.blob-end";
+
+const NAMESPACES: TableDefinition<&str, &str> = TableDefinition::new("namespaces");
+const TABLES: TableDefinition<&str, &str> = TableDefinition::new("tables");
+/// Separates namespace levels, and a namespace from a table name, in redb keys.
+const SEP: char = '\u{1f}';
+
+fn ns_key(ns: &NamespaceIdent) -> String {
+    ns.iter()
+        .map(String::as_str)
+        .collect::<Vec<_>>()
+        .join(&SEP.to_string())
+}
+
+fn table_key(t: &TableIdent) -> String {
+    format!("{}{SEP}{SEP}{}", ns_key(t.namespace()), t.name())
+}
+
+fn db_err(e: impl std::fmt::Display) -> Error {
+    Error::new(ErrorKind::Unexpected, format!("catalog database: {e}"))
+}
+
+/// A local path for a `file://` or plain location.
+pub fn local_path(location: &str) -> PathBuf {
+    PathBuf::from(location.strip_prefix("file://").unwrap_or(location))
+}
+
+/// fsyncs a file and its directory, so a rename or a new file survives a crash.
+pub(crate) fn fsync_file_and_dir(path: &Path) -> std::io::Result<()> {
+    std::fs::File::open(path)?.sync_all()?;
+    if let Some(dir) = path.parent() {
+        std::fs::File::open(dir)?.sync_all()?;
+    }
+    Ok(())
+}
+
+/// An Iceberg catalog on redb, with a local warehouse.
+#[derive(Debug, Clone)]
+pub struct RedbCatalog {
+    db: Arc<Database>,
+    warehouse: PathBuf,
+    file_io: FileIO,
+}
+
+impl RedbCatalog {
+    /// Opens (or creates) the catalog at `db_path`, with tables below `warehouse`.
+    pub async fn open(db_path: &Path, warehouse: &Path) -> Result<Self> {
+        std::fs::create_dir_all(warehouse)
+            .map_err(|e| db_err(format!("creating {}: {e}", warehouse.display())))?;
+        let db_path = db_path.to_path_buf();
+        let db = blocking(move || {
+            let db = Database::create(&db_path).map_err(db_err)?;
+            let tx = db.begin_write().map_err(db_err)?;
+            tx.open_table(NAMESPACES).map_err(db_err)?;
+            tx.open_table(TABLES).map_err(db_err)?;
+            tx.commit().map_err(db_err)?;
+            Ok(db)
+        })
+        .await?;
+        Ok(RedbCatalog {
+            db: Arc::new(db),
+            warehouse: std::fs::canonicalize(warehouse).map_err(db_err)?,
+            file_io: FileIO::new_with_fs(),
+        })
+    }
+
+    /// The FileIO tables of this catalog use.
+    pub fn file_io(&self) -> &FileIO {
+        &self.file_io
+    }
+
+    /// The warehouse root.
+    pub fn warehouse(&self) -> &Path {
+        &self.warehouse
+    }
+
+    /// The current metadata location of a table.
+    pub async fn metadata_location(&self, t: &TableIdent) -> Result<String> {
+        let key = table_key(t);
+        let db = Arc::clone(&self.db);
+        let found = blocking(move || {
+            let tx = db.begin_read().map_err(db_err)?;
+            let tables = tx.open_table(TABLES).map_err(db_err)?;
+            Ok(tables
+                .get(key.as_str())
+                .map_err(db_err)?
+                .map(|v| v.value().to_string()))
+        })
+        .await?;
+        found.ok_or_else(|| Error::new(ErrorKind::TableNotFound, format!("no table {t}")))
+    }
+
+    async fn read_ns(&self, ns: &NamespaceIdent) -> Result<Option<HashMap<String, String>>> {
+        let key = ns_key(ns);
+        let db = Arc::clone(&self.db);
+        let raw = blocking(move || {
+            let tx = db.begin_read().map_err(db_err)?;
+            let t = tx.open_table(NAMESPACES).map_err(db_err)?;
+            Ok(t.get(key.as_str())
+                .map_err(db_err)?
+                .map(|v| v.value().to_string()))
+        })
+        .await?;
+        raw.map(|json| serde_json::from_str(&json).map_err(db_err))
+            .transpose()
+    }
+
+    fn table(&self, ident: TableIdent, metadata: TableMetadata, location: String) -> Result<Table> {
+        Table::builder()
+            .file_io(self.file_io.clone())
+            .metadata_location(location)
+            .metadata(metadata)
+            .identifier(ident)
+            .runtime(iceberg::Runtime::current())
+            .build()
+    }
+
+    /// Writes `metadata/version-hint.text` (the file stem of the current metadata
+    /// file) through a temporary file and a rename, then fsyncs.
+    fn write_version_hint(location: &str) -> std::io::Result<()> {
+        let path = local_path(location);
+        let (Some(dir), Some(stem)) = (path.parent(), path.file_stem().and_then(|s| s.to_str()))
+        else {
+            return Ok(());
+        };
+        let tmp = dir.join(format!(".version-hint.{}.tmp", std::process::id()));
+        std::fs::write(&tmp, stem.strip_suffix(".metadata").unwrap_or(stem))?;
+        std::fs::rename(&tmp, dir.join("version-hint.text"))?;
+        fsync_file_and_dir(&dir.join("version-hint.text"))
+    }
+
+    /// Makes the new metadata file and every manifest and manifest list the new
+    /// snapshot added durable before the pointer moves to it.
+    async fn sync_commit(&self, metadata: &TableMetadata, location: &str) -> Result<()> {
+        let mut paths = vec![local_path(location)];
+        if let Some(snap) = metadata.current_snapshot() {
+            paths.push(local_path(snap.manifest_list()));
+            let bytes = self.file_io.new_input(snap.manifest_list())?.read().await?;
+            let list = ManifestList::parse_with_version(&bytes, metadata.format_version())?;
+            for m in list.entries() {
+                if m.added_snapshot_id == snap.snapshot_id() {
+                    paths.push(local_path(&m.manifest_path));
+                }
+            }
+        }
+        blocking(move || {
+            for p in paths {
+                fsync_file_and_dir(&p)
+                    .map_err(|e| db_err(format!("fsync {}: {e}", p.display())))?;
+            }
+            Ok(())
+        })
+        .await
+    }
+
+    /// Drops every snapshot but the newest `keep`, as one commit through the same
+    /// compare-and-swap. Keeps the metadata file from growing with every append.
+    pub async fn expire_snapshots(&self, ident: &TableIdent, keep: usize) -> Result<()> {
+        let table = self.load_table(ident).await?;
+        let old = table.metadata_location_result()?.to_string();
+        let metadata = table.metadata();
+        let current = metadata.current_snapshot_id();
+        let mut snaps: Vec<_> = metadata.snapshots().collect();
+        snaps.sort_by_key(|s| s.sequence_number());
+        let drop: Vec<i64> = snaps
+            .iter()
+            .rev()
+            .skip(keep.max(1))
+            .map(|s| s.snapshot_id())
+            .filter(|id| Some(*id) != current)
+            .collect();
+        if drop.is_empty() {
+            return Ok(());
+        }
+        let built = metadata
+            .clone()
+            .into_builder(Some(old.clone()))
+            .remove_snapshots(&drop)
+            .build()?
+            .metadata;
+        let next = MetadataLocation::from_str(&old)?
+            .with_next_version()
+            .with_new_metadata(&built);
+        built.write_to(&self.file_io, &next).await?;
+        let next = next.to_string();
+        fsync_file_and_dir(&local_path(&next)).map_err(db_err)?;
+        self.swap(ident, &old, &next, None).await
+    }
+
+    /// Moves a table's pointer from `old` to `new` if it still is `old`.
+    /// `blob_end` (old, new) refuses a commit that would move the blob end back.
+    async fn swap(
+        &self,
+        ident: &TableIdent,
+        old: &str,
+        new: &str,
+        blob_end: Option<(u64, u64)>,
+    ) -> Result<()> {
+        if let Some((before, after)) = blob_end {
+            if after < before {
+                return Err(Error::new(
+                    ErrorKind::DataInvalid,
+                    format!(
+                        "{ident}: snapshot would move {BLOB_END_KEY} back from {before} to {after}"
+                    ),
+                ));
+            }
+        }
+        let (key, old, new_owned) = (table_key(ident), old.to_string(), new.to_string());
+        let db = Arc::clone(&self.db);
+        let ident_s = ident.to_string();
+        blocking(move || {
+            let tx = db.begin_write().map_err(db_err)?;
+            {
+                let mut t = tx.open_table(TABLES).map_err(db_err)?;
+                let cur = t
+                    .get(key.as_str())
+                    .map_err(db_err)?
+                    .map(|v| v.value().to_string());
+                match cur {
+                    None => {
+                        return Err(Error::new(
+                            ErrorKind::TableNotFound,
+                            format!("no table {ident_s}"),
+                        ))
+                    }
+                    Some(c) if c != old => {
+                        return Err(Error::new(
+                            ErrorKind::CatalogCommitConflicts,
+                            format!("{ident_s} was changed by a concurrent commit"),
+                        )
+                        .with_retryable(true))
+                    }
+                    Some(_) => {}
+                }
+                t.insert(key.as_str(), new_owned.as_str()).map_err(db_err)?;
+            }
+            tx.commit().map_err(db_err)
+        })
+        .await?;
+        // The pointer is the truth; the hint only helps outside readers.
+        let _ = Self::write_version_hint(new);
+        Ok(())
+    }
+}
+
+fn blob_end_of(metadata: &TableMetadata) -> Option<u64> {
+    metadata
+        .current_snapshot()?
+        .summary()
+        .additional_properties
+        .get(BLOB_END_KEY)?
+        .parse()
+        .ok()
+}
+
+async fn blocking<T: Send + 'static>(f: impl FnOnce() -> Result<T> + Send + 'static) -> Result<T> {
+    tokio::task::spawn_blocking(f)
+        .await
+        .map_err(|e| Error::new(ErrorKind::Unexpected, format!("catalog task failed: {e}")))?
+}
+
+#[async_trait]
+impl Catalog for RedbCatalog {
+    async fn list_namespaces(
+        &self,
+        parent: Option<&NamespaceIdent>,
+    ) -> Result<Vec<NamespaceIdent>> {
+        if let Some(p) = parent {
+            if self.read_ns(p).await?.is_none() {
+                return Err(Error::new(
+                    ErrorKind::NamespaceNotFound,
+                    format!("no namespace {p:?}"),
+                ));
+            }
+        }
+        let depth = parent.map_or(1, |p| p.len() + 1);
+        let prefix = parent.map(|p| format!("{}{SEP}", ns_key(p)));
+        let db = Arc::clone(&self.db);
+        blocking(move || {
+            let tx = db.begin_read().map_err(db_err)?;
+            let t = tx.open_table(NAMESPACES).map_err(db_err)?;
+            let mut out = Vec::new();
+            for entry in t.iter().map_err(db_err)? {
+                let (k, _) = entry.map_err(db_err)?;
+                let k = k.value();
+                let parts: Vec<&str> = k.split(SEP).collect();
+                if parts.len() == depth && prefix.as_ref().is_none_or(|p| k.starts_with(p.as_str()))
+                {
+                    out.push(NamespaceIdent::from_strs(parts)?);
+                }
+            }
+            Ok(out)
+        })
+        .await
+    }
+
+    async fn create_namespace(
+        &self,
+        ns: &NamespaceIdent,
+        properties: HashMap<String, String>,
+    ) -> Result<Namespace> {
+        if ns.iter().any(|p| p.is_empty() || p.contains(SEP)) {
+            return Err(Error::new(
+                ErrorKind::DataInvalid,
+                format!("bad namespace name {ns:?}"),
+            ));
+        }
+        if let Some(parent) = ns.parent() {
+            if self.read_ns(&parent).await?.is_none() {
+                return Err(Error::new(
+                    ErrorKind::NamespaceNotFound,
+                    format!("no parent namespace {parent:?}"),
+                ));
+            }
+        }
+        let key = ns_key(ns);
+        let json = serde_json::to_string(&properties).map_err(db_err)?;
+        let db = Arc::clone(&self.db);
+        let name = format!("{ns:?}");
+        blocking(move || {
+            let tx = db.begin_write().map_err(db_err)?;
+            {
+                let mut t = tx.open_table(NAMESPACES).map_err(db_err)?;
+                if t.get(key.as_str()).map_err(db_err)?.is_some() {
+                    return Err(Error::new(
+                        ErrorKind::NamespaceAlreadyExists,
+                        format!("namespace {name} exists"),
+                    ));
+                }
+                t.insert(key.as_str(), json.as_str()).map_err(db_err)?;
+            }
+            tx.commit().map_err(db_err)
+        })
+        .await?;
+        Ok(Namespace::with_properties(ns.clone(), properties))
+    }
+
+    async fn get_namespace(&self, ns: &NamespaceIdent) -> Result<Namespace> {
+        match self.read_ns(ns).await? {
+            Some(props) => Ok(Namespace::with_properties(ns.clone(), props)),
+            None => Err(Error::new(
+                ErrorKind::NamespaceNotFound,
+                format!("no namespace {ns:?}"),
+            )),
+        }
+    }
+
+    async fn namespace_exists(&self, ns: &NamespaceIdent) -> Result<bool> {
+        Ok(self.read_ns(ns).await?.is_some())
+    }
+
+    async fn update_namespace(
+        &self,
+        ns: &NamespaceIdent,
+        properties: HashMap<String, String>,
+    ) -> Result<()> {
+        let key = ns_key(ns);
+        let json = serde_json::to_string(&properties).map_err(db_err)?;
+        let db = Arc::clone(&self.db);
+        let name = format!("{ns:?}");
+        blocking(move || {
+            let tx = db.begin_write().map_err(db_err)?;
+            {
+                let mut t = tx.open_table(NAMESPACES).map_err(db_err)?;
+                if t.get(key.as_str()).map_err(db_err)?.is_none() {
+                    return Err(Error::new(
+                        ErrorKind::NamespaceNotFound,
+                        format!("no namespace {name}"),
+                    ));
+                }
+                t.insert(key.as_str(), json.as_str()).map_err(db_err)?;
+            }
+            tx.commit().map_err(db_err)
+        })
+        .await
+    }
+
+    async fn drop_namespace(&self, ns: &NamespaceIdent) -> Result<()> {
+        if !self.list_tables(ns).await?.is_empty()
+            || !self.list_namespaces(Some(ns)).await?.is_empty()
+        {
+            return Err(Error::new(
+                ErrorKind::PreconditionFailed,
+                format!("namespace {ns:?} is not empty"),
+            ));
+        }
+        let key = ns_key(ns);
+        let db = Arc::clone(&self.db);
+        blocking(move || {
+            let tx = db.begin_write().map_err(db_err)?;
+            tx.open_table(NAMESPACES)
+                .map_err(db_err)?
+                .remove(key.as_str())
+                .map_err(db_err)?;
+            tx.commit().map_err(db_err)
+        })
+        .await
+    }
+
+    async fn list_tables(&self, ns: &NamespaceIdent) -> Result<Vec<TableIdent>> {
+        if self.read_ns(ns).await?.is_none() {
+            return Err(Error::new(
+                ErrorKind::NamespaceNotFound,
+                format!("no namespace {ns:?}"),
+            ));
+        }
+        let prefix = format!("{}{SEP}{SEP}", ns_key(ns));
+        let db = Arc::clone(&self.db);
+        let names = blocking(move || {
+            let tx = db.begin_read().map_err(db_err)?;
+            let t = tx.open_table(TABLES).map_err(db_err)?;
+            let mut out = Vec::new();
+            for entry in t.range(prefix.as_str()..).map_err(db_err)? {
+                let (k, _) = entry.map_err(db_err)?;
+                match k.value().strip_prefix(prefix.as_str()) {
+                    Some(name) => out.push(name.to_string()),
+                    None => break,
+                }
+            }
+            Ok(out)
+        })
+        .await?;
+        Ok(names
+            .into_iter()
+            .map(|n| TableIdent::new(ns.clone(), n))
+            .collect())
+    }
+
+    async fn create_table(&self, ns: &NamespaceIdent, creation: TableCreation) -> Result<Table> {
+        let props = self.read_ns(ns).await?.ok_or_else(|| {
+            Error::new(ErrorKind::NamespaceNotFound, format!("no namespace {ns:?}"))
+        })?;
+        let ident = TableIdent::new(ns.clone(), creation.name.clone());
+        if self.table_exists(&ident).await? {
+            return Err(Error::new(
+                ErrorKind::TableAlreadyExists,
+                format!("table {ident} exists"),
+            ));
+        }
+        let location = match (&creation.location, props.get("location")) {
+            (Some(l), _) => l.clone(),
+            (None, Some(base)) => format!("{base}/{}", creation.name),
+            (None, None) => {
+                let mut p = self.warehouse.clone();
+                p.extend(ns.iter());
+                p.push(&creation.name);
+                p.to_string_lossy().into_owned()
+            }
+        };
+        let creation = TableCreation {
+            location: Some(location.clone()),
+            ..creation
+        };
+        let metadata = TableMetadataBuilder::from_table_creation(creation)?
+            .build()?
+            .metadata;
+        let mloc = MetadataLocation::new_with_metadata(location, &metadata);
+        metadata.write_to(&self.file_io, &mloc).await?;
+        let mloc = mloc.to_string();
+        fsync_file_and_dir(&local_path(&mloc)).map_err(db_err)?;
+        let (key, value) = (table_key(&ident), mloc.clone());
+        let db = Arc::clone(&self.db);
+        let name = ident.to_string();
+        blocking(move || {
+            let tx = db.begin_write().map_err(db_err)?;
+            {
+                let mut t = tx.open_table(TABLES).map_err(db_err)?;
+                if t.get(key.as_str()).map_err(db_err)?.is_some() {
+                    return Err(Error::new(
+                        ErrorKind::TableAlreadyExists,
+                        format!("table {name} exists"),
+                    ));
+                }
+                t.insert(key.as_str(), value.as_str()).map_err(db_err)?;
+            }
+            tx.commit().map_err(db_err)
+        })
+        .await?;
+        let _ = Self::write_version_hint(&mloc);
+        self.table(ident, metadata, mloc)
+    }
+
+    async fn load_table(&self, ident: &TableIdent) -> Result<Table> {
+        let location = self.metadata_location(ident).await?;
+        let metadata = TableMetadata::read_from(&self.file_io, &location).await?;
+        self.table(ident.clone(), metadata, location)
+    }
+
+    async fn drop_table(&self, ident: &TableIdent) -> Result<()> {
+        let key = table_key(ident);
+        let db = Arc::clone(&self.db);
+        let name = ident.to_string();
+        blocking(move || {
+            let tx = db.begin_write().map_err(db_err)?;
+            {
+                let mut t = tx.open_table(TABLES).map_err(db_err)?;
+                if t.remove(key.as_str()).map_err(db_err)?.is_none() {
+                    return Err(Error::new(
+                        ErrorKind::TableNotFound,
+                        format!("no table {name}"),
+                    ));
+                }
+            }
+            tx.commit().map_err(db_err)
+        })
+        .await
+    }
+
+    async fn purge_table(&self, ident: &TableIdent) -> Result<()> {
+        let table = self.load_table(ident).await?;
+        self.drop_table(ident).await?;
+        iceberg::drop_table_data(&table).await
+    }
+
+    async fn table_exists(&self, ident: &TableIdent) -> Result<bool> {
+        match self.metadata_location(ident).await {
+            Ok(_) => Ok(true),
+            Err(e) if e.kind() == ErrorKind::TableNotFound => Ok(false),
+            Err(e) => Err(e),
+        }
+    }
+
+    async fn rename_table(&self, src: &TableIdent, dest: &TableIdent) -> Result<()> {
+        if self.read_ns(dest.namespace()).await?.is_none() {
+            return Err(Error::new(
+                ErrorKind::NamespaceNotFound,
+                format!("no namespace {:?}", dest.namespace()),
+            ));
+        }
+        let (from, to) = (table_key(src), table_key(dest));
+        let db = Arc::clone(&self.db);
+        let (sname, dname) = (src.to_string(), dest.to_string());
+        blocking(move || {
+            let tx = db.begin_write().map_err(db_err)?;
+            {
+                let mut t = tx.open_table(TABLES).map_err(db_err)?;
+                let loc = t
+                    .get(from.as_str())
+                    .map_err(db_err)?
+                    .map(|v| v.value().to_string())
+                    .ok_or_else(|| {
+                        Error::new(ErrorKind::TableNotFound, format!("no table {sname}"))
+                    })?;
+                if t.get(to.as_str()).map_err(db_err)?.is_some() {
+                    return Err(Error::new(
+                        ErrorKind::TableAlreadyExists,
+                        format!("table {dname} exists"),
+                    ));
+                }
+                t.remove(from.as_str()).map_err(db_err)?;
+                t.insert(to.as_str(), loc.as_str()).map_err(db_err)?;
+            }
+            tx.commit().map_err(db_err)
+        })
+        .await
+    }
+
+    async fn register_table(&self, ident: &TableIdent, metadata_location: String) -> Result<Table> {
+        if self.read_ns(ident.namespace()).await?.is_none() {
+            return Err(Error::new(
+                ErrorKind::NamespaceNotFound,
+                format!("no namespace {:?}", ident.namespace()),
+            ));
+        }
+        let metadata = TableMetadata::read_from(&self.file_io, &metadata_location).await?;
+        let (key, value) = (table_key(ident), metadata_location.clone());
+        let db = Arc::clone(&self.db);
+        let name = ident.to_string();
+        blocking(move || {
+            let tx = db.begin_write().map_err(db_err)?;
+            {
+                let mut t = tx.open_table(TABLES).map_err(db_err)?;
+                if t.get(key.as_str()).map_err(db_err)?.is_some() {
+                    return Err(Error::new(
+                        ErrorKind::TableAlreadyExists,
+                        format!("table {name} exists"),
+                    ));
+                }
+                t.insert(key.as_str(), value.as_str()).map_err(db_err)?;
+            }
+            tx.commit().map_err(db_err)
+        })
+        .await?;
+        self.table(ident.clone(), metadata, metadata_location)
+    }
+
+    async fn update_table(&self, commit: TableCommit) -> Result<Table> {
+        let ident = commit.identifier().clone();
+        let current = self.load_table(&ident).await?;
+        let old = current.metadata_location_result()?.to_string();
+        let before = blob_end_of(current.metadata());
+        let staged = commit.apply(current)?;
+        let new = staged.metadata_location_result()?.to_string();
+        staged
+            .metadata()
+            .write_to(&self.file_io, &MetadataLocation::from_str(&new)?)
+            .await?;
+        self.sync_commit(staged.metadata(), &new).await?;
+        let after = blob_end_of(staged.metadata());
+        self.swap(&ident, &old, &new, before.zip(after)).await?;
+        Ok(staged)
+    }
+}

@@ -1,0 +1,51 @@
+//! The store's error type.
+
+/// What can go wrong in the live store.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// The archive does not exist.
+    #[error("no archive {0:?}")]
+    NoArchive(String),
+    /// An archive with this id already exists.
+    #[error("archive {0:?} already exists")]
+    Exists(String),
+    /// The archive is sealed: it takes no more appends or deletes.
+    #[error("archive {0:?} is sealed and cannot change")]
+    Sealed(String),
+    /// An archive id outside `[A-Za-z0-9_-]{1,64}`.
+    #[error("invalid archive id {0:?}: use 1 to 64 of A-Z a-z 0-9 _ -")]
+    BadId(String),
+    /// The file is not in the archive.
+    #[error("no such file in archive: {0}")]
+    NotFound(String),
+    /// The container layer refused something (a path, a property, a checksum).
+    #[error(transparent)]
+    Format(#[from] znippy_format::Error),
+    /// The Iceberg layer (catalog, table files) failed.
+    #[error("iceberg: {0}")]
+    Iceberg(#[from] iceberg::Error),
+    /// Local I/O failed.
+    #[error("{context}: {source}")]
+    Io {
+        /// What was being done.
+        context: String,
+        /// The underlying error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// Stored rows that break the store's own rules.
+    #[error("corrupt live archive {0}")]
+    Corrupt(String),
+}
+
+impl StoreError {
+    pub(crate) fn io(context: impl Into<String>, source: std::io::Error) -> Self {
+        StoreError::Io {
+            context: context.into(),
+            source,
+        }
+    }
+}
+
+/// Result alias of the store.
+pub type Result<T, E = StoreError> = std::result::Result<T, E>;

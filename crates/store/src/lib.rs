@@ -1,0 +1,362 @@
+//! Live znippy archives: rows in Apache Iceberg tables, blobs in a sidecar.
+//!
+//! A [`Store`] is a data directory:
+//!
+//! ```text
+//! DIR/catalog.redb             the Iceberg catalog (namespaces, table pointers)
+//! DIR/warehouse/znippy/<id>/   the archive's tables: files/ and meta/ (Iceberg)
+//! DIR/blobs/<id>.znippy        the archive's blob region (the sidecar)
+//! ```
+//!
+//! Each archive `<id>` is the Iceberg namespace `znippy.<id>`, whose properties
+//! hold the archive properties (chunk size, pack threshold, level), whether it
+//! has metadata, and whether it is sealed. Its `files` table holds one row per
+//! slice, its `meta` table one row per metadata fact; both are append logs where
+//! the latest append of a path wins and a tombstone deletes (see `tables.rs`).
+//! Any Iceberg reader (DuckDB, Spark, pyiceberg) sees them live.
+//!
+//! Appends go through the container's engine (the same workers, packing and
+//! dedupe as `znippy compress`) and commit one snapshot each; reads go through
+//! an in-memory lookup derived from the tables and touch only the sidecar. The
+//! commit protocol and its recovery are in `archive.rs`.
+
+mod archive;
+pub mod catalog;
+mod error;
+mod sidecar;
+pub mod tables;
+
+use std::collections::HashMap;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use iceberg::spec::SortOrder;
+use iceberg::{Catalog, ErrorKind, NamespaceIdent, TableCreation};
+use tokio::sync::Mutex;
+use znippy_format::{ArchiveProps, Entry, InputFile, MetaSearch, MetaTable, Metadata};
+
+pub use archive::{AppendReceipt, LiveArchive, LiveFile};
+pub use catalog::RedbCatalog;
+pub use error::{Result, StoreError};
+
+/// Root namespace of all archives.
+pub const ROOT_NAMESPACE: &str = "znippy";
+
+const P_CHUNK: &str = "znippy.chunk_size";
+const P_PACK: &str = "znippy.pack_threshold";
+const P_LEVEL: &str = "znippy.level";
+const P_META: &str = "znippy.has_meta";
+const P_STATE: &str = "znippy.state";
+
+/// How to create an archive.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct CreateOptions {
+    /// Chunking, packing and codec settings.
+    pub props: ArchiveProps,
+    /// Whether the archive has a metadata section from the start (possibly empty).
+    pub with_meta: bool,
+}
+
+/// Whether an archive still takes appends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum State {
+    /// Appends and deletes are accepted.
+    Live,
+    /// Immutable.
+    Sealed,
+}
+
+/// What `inspect` reports about an archive.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ArchiveInfo {
+    /// The archive id.
+    pub id: String,
+    /// Live or sealed.
+    pub state: State,
+    /// Its properties.
+    pub props: ArchiveProps,
+    /// Whether it has a metadata section.
+    pub with_meta: bool,
+    /// Live files.
+    pub files: u64,
+    /// Sum of the live files' sizes.
+    pub bytes_in: u64,
+    /// Committed bytes of the sidecar (blob region).
+    pub bytes_stored: u64,
+    /// The current `files` snapshot.
+    pub snapshot_id: Option<i64>,
+    /// Appends (and deletes) committed.
+    pub appends: u64,
+}
+
+pub(crate) struct NsProps {
+    pub archive: ArchiveProps,
+    pub with_meta: bool,
+    pub sealed: bool,
+}
+
+pub(crate) async fn namespace_props(catalog: &RedbCatalog, ns: &NamespaceIdent) -> Result<NsProps> {
+    let p = catalog.get_namespace(ns).await?.properties().clone();
+    let num = |k: &str| -> Result<u64> {
+        p.get(k)
+            .and_then(|v| v.parse().ok())
+            .ok_or_else(|| StoreError::Corrupt(format!("namespace property {k}")))
+    };
+    let archive = ArchiveProps {
+        chunk_size: num(P_CHUNK)?,
+        pack_threshold: num(P_PACK)?,
+        level: p
+            .get(P_LEVEL)
+            .and_then(|v| v.parse().ok())
+            .ok_or_else(|| StoreError::Corrupt(format!("namespace property {P_LEVEL}")))?,
+    };
+    archive.validate()?;
+    Ok(NsProps {
+        archive,
+        with_meta: p.get(P_META).is_some_and(|v| v == "true"),
+        sealed: p.get(P_STATE).is_some_and(|v| v == "sealed"),
+    })
+}
+
+async fn set_ns_prop(
+    catalog: &RedbCatalog,
+    ns: &NamespaceIdent,
+    key: &str,
+    value: &str,
+) -> Result<()> {
+    let mut p = catalog.get_namespace(ns).await?.properties().clone();
+    p.insert(key.into(), value.into());
+    Ok(catalog.update_namespace(ns, p).await?)
+}
+
+pub(crate) async fn set_has_meta(catalog: &RedbCatalog, ns: &NamespaceIdent) -> Result<()> {
+    set_ns_prop(catalog, ns, P_META, "true").await
+}
+
+fn check_id(id: &str) -> Result<()> {
+    let ok = !id.is_empty()
+        && id.len() <= 64
+        && id
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-');
+    if ok {
+        Ok(())
+    } else {
+        Err(StoreError::BadId(id.chars().take(80).collect()))
+    }
+}
+
+/// A data directory of live archives.
+pub struct Store {
+    catalog: RedbCatalog,
+    dir: PathBuf,
+    threads: usize,
+    open: Mutex<HashMap<String, Arc<Mutex<LiveArchive>>>>,
+}
+
+impl std::fmt::Debug for Store {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Store")
+            .field("dir", &self.dir)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Store {
+    /// Opens (or creates) the store in `dir`; appends use `threads` compression
+    /// workers.
+    pub async fn open(dir: &Path, threads: usize) -> Result<Self> {
+        for sub in ["warehouse", "blobs"] {
+            std::fs::create_dir_all(dir.join(sub))
+                .map_err(|e| StoreError::io(format!("creating {}", dir.join(sub).display()), e))?;
+        }
+        let catalog = RedbCatalog::open(&dir.join("catalog.redb"), &dir.join("warehouse")).await?;
+        let root = NamespaceIdent::new(ROOT_NAMESPACE.into());
+        if !catalog.namespace_exists(&root).await? {
+            catalog.create_namespace(&root, HashMap::new()).await?;
+        }
+        Ok(Store {
+            catalog,
+            dir: dir.to_path_buf(),
+            threads: threads.max(1),
+            open: Mutex::new(HashMap::new()),
+        })
+    }
+
+    /// The catalog, for serving it to outside readers.
+    pub fn catalog(&self) -> &RedbCatalog {
+        &self.catalog
+    }
+
+    fn ns(id: &str) -> NamespaceIdent {
+        NamespaceIdent::from_strs([ROOT_NAMESPACE, id]).expect("two non-empty parts")
+    }
+
+    fn sidecar_path(&self, id: &str) -> PathBuf {
+        self.dir.join("blobs").join(format!("{id}.znippy"))
+    }
+
+    /// Creates an empty live archive.
+    pub async fn create(&self, id: &str, opts: CreateOptions) -> Result<ArchiveInfo> {
+        check_id(id)?;
+        opts.props.validate()?;
+        let ns = Self::ns(id);
+        let props = HashMap::from([
+            (P_CHUNK.to_string(), opts.props.chunk_size.to_string()),
+            (P_PACK.to_string(), opts.props.pack_threshold.to_string()),
+            (P_LEVEL.to_string(), opts.props.level.to_string()),
+            (P_META.to_string(), opts.with_meta.to_string()),
+            (P_STATE.to_string(), "live".to_string()),
+        ]);
+        match self.catalog.create_namespace(&ns, props).await {
+            Err(e) if e.kind() == ErrorKind::NamespaceAlreadyExists => {
+                return Err(StoreError::Exists(id.to_string()))
+            }
+            r => r?,
+        };
+        for (name, schema) in [
+            (tables::FILES, tables::files_schema()),
+            (tables::META, tables::meta_schema()),
+        ] {
+            let creation = TableCreation::builder()
+                .name(name.to_string())
+                .schema(schema)
+                .sort_order(SortOrder::unsorted_order())
+                .build();
+            self.catalog.create_table(&ns, creation).await?;
+        }
+        self.info(id).await
+    }
+
+    /// Ids of all archives.
+    pub async fn list(&self) -> Result<Vec<String>> {
+        let root = NamespaceIdent::new(ROOT_NAMESPACE.into());
+        let mut ids: Vec<String> = self
+            .catalog
+            .list_namespaces(Some(&root))
+            .await?
+            .into_iter()
+            .filter_map(|ns| ns.inner().pop())
+            .collect();
+        ids.sort();
+        Ok(ids)
+    }
+
+    /// The archive, opened (and recovered) on first use.
+    pub async fn archive(&self, id: &str) -> Result<Arc<Mutex<LiveArchive>>> {
+        check_id(id)?;
+        let mut open = self.open.lock().await;
+        if let Some(a) = open.get(id) {
+            return Ok(Arc::clone(a));
+        }
+        let ns = Self::ns(id);
+        if !self.catalog.namespace_exists(&ns).await? {
+            return Err(StoreError::NoArchive(id.to_string()));
+        }
+        let a =
+            LiveArchive::open(&self.catalog, id, &ns, self.sidecar_path(id), self.threads).await?;
+        let a = Arc::new(Mutex::new(a));
+        open.insert(id.to_string(), Arc::clone(&a));
+        Ok(a)
+    }
+
+    /// What the archive holds.
+    pub async fn info(&self, id: &str) -> Result<ArchiveInfo> {
+        let a = self.archive(id).await?;
+        let a = a.lock().await;
+        Ok(ArchiveInfo {
+            id: id.to_string(),
+            state: if a.sealed { State::Sealed } else { State::Live },
+            props: a.props,
+            with_meta: matches!(a.meta, Metadata::Present(_)),
+            files: a.live.len() as u64,
+            bytes_in: a
+                .live
+                .values()
+                .flat_map(|f| &f.rows)
+                .map(|r| r.uncompressed_size)
+                .sum(),
+            bytes_stored: a.blob_end,
+            snapshot_id: a.snapshot_id,
+            appends: a.append_seq,
+        })
+    }
+
+    /// Drops the archive: its tables, namespace and sidecar.
+    pub async fn drop_archive(&self, id: &str) -> Result<()> {
+        let a = self.archive(id).await?;
+        let a = a.lock().await;
+        let ns = Self::ns(id);
+        for t in [&a.files_ident, &a.meta_ident] {
+            self.catalog.purge_table(t).await?;
+        }
+        self.catalog.drop_namespace(&ns).await?;
+        let _ = std::fs::remove_file(&a.sidecar_path);
+        self.open.lock().await.remove(id);
+        Ok(())
+    }
+
+    /// Appends one batch of files (and metadata) as one commit. Appends to one
+    /// archive are serialized; different archives proceed in parallel.
+    pub async fn append(
+        &self,
+        id: &str,
+        files: Vec<InputFile>,
+        meta: Option<MetaTable>,
+    ) -> Result<AppendReceipt> {
+        let a = self.archive(id).await?;
+        let mut a = a.lock().await;
+        a.append(&self.catalog, files, meta).await
+    }
+
+    /// Deletes one file (a tombstone row).
+    pub async fn delete_file(&self, id: &str, path: &str) -> Result<i64> {
+        let a = self.archive(id).await?;
+        let mut a = a.lock().await;
+        a.delete(&self.catalog, path).await
+    }
+
+    /// Writes one file's bytes to `out`, verified.
+    pub async fn read_file(
+        &self,
+        id: &str,
+        path: &str,
+        out: &mut (dyn Write + Send),
+    ) -> Result<u64> {
+        let a = self.archive(id).await?;
+        let a = a.lock().await;
+        a.read_file(path, out)
+    }
+
+    /// Live files whose paths start with `prefix`, in path order.
+    pub async fn list_files(&self, id: &str, prefix: &str) -> Result<Vec<Entry>> {
+        let a = self.archive(id).await?;
+        let a = a.lock().await;
+        Ok(a.entries(prefix))
+    }
+
+    /// One live file.
+    pub async fn stat(&self, id: &str, path: &str) -> Result<Entry> {
+        let a = self.archive(id).await?;
+        let a = a.lock().await;
+        a.stat(path)
+    }
+
+    /// The archive's metadata (absent, or a table).
+    pub async fn metadata(&self, id: &str) -> Result<Metadata> {
+        let a = self.archive(id).await?;
+        let a = a.lock().await;
+        Ok(a.meta.clone())
+    }
+
+    /// Metadata rows by exact key.
+    pub async fn meta_by_key(&self, id: &str, key: &str) -> Result<MetaSearch> {
+        Ok(self.metadata(id).await?.by_key(key))
+    }
+
+    /// Metadata rows by key prefix.
+    pub async fn meta_by_prefix(&self, id: &str, prefix: &str) -> Result<MetaSearch> {
+        Ok(self.metadata(id).await?.by_prefix(prefix))
+    }
+}

@@ -1,0 +1,92 @@
+//! The sidecar: a live archive's blob region, in a file of its own.
+//!
+//! Blobs are appended at the committed `blob_end` and fsynced before the Iceberg
+//! commit that makes them reachable. Bytes past the committed end belong to an
+//! append that never committed; opening the sidecar cuts them off.
+
+use std::fs::{File, OpenOptions};
+use std::io::{self, Write};
+use std::os::unix::fs::FileExt;
+use std::path::Path;
+
+use crate::error::{Result, StoreError};
+
+/// An open sidecar file.
+#[derive(Debug)]
+pub struct Sidecar {
+    file: File,
+}
+
+impl Sidecar {
+    /// Opens (creating if needed) the sidecar and truncates it to `committed_end`.
+    pub fn open(path: &Path, committed_end: u64) -> Result<Self> {
+        let what = || format!("opening sidecar {}", path.display());
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(path)
+            .map_err(|e| StoreError::io(what(), e))?;
+        let len = file
+            .metadata()
+            .map_err(|e| StoreError::io(what(), e))?
+            .len();
+        if len < committed_end {
+            return Err(StoreError::Corrupt(format!(
+                "{}: sidecar has {len} bytes but {committed_end} are committed",
+                path.display()
+            )));
+        }
+        if len > committed_end {
+            file.set_len(committed_end)
+                .and_then(|_| file.sync_all())
+                .map_err(|e| StoreError::io(what(), e))?;
+        }
+        Ok(Sidecar { file })
+    }
+
+    /// A writer that appends at `offset` (the current blob end).
+    pub fn writer_at(&self, offset: u64) -> SidecarWriter<'_> {
+        SidecarWriter {
+            file: &self.file,
+            offset,
+        }
+    }
+
+    /// Makes everything written so far durable.
+    pub fn sync(&self) -> Result<()> {
+        self.file
+            .sync_data()
+            .map_err(|e| StoreError::io("fsync of the sidecar", e))
+    }
+
+    /// Cuts the file back to `end` (after an append that failed before commit).
+    pub fn truncate(&self, end: u64) -> Result<()> {
+        self.file
+            .set_len(end)
+            .map_err(|e| StoreError::io("truncating the sidecar", e))
+    }
+
+    /// The file, for positioned reads.
+    pub fn file(&self) -> &File {
+        &self.file
+    }
+}
+
+/// Positioned writes into the sidecar.
+pub struct SidecarWriter<'a> {
+    file: &'a File,
+    offset: u64,
+}
+
+impl Write for SidecarWriter<'_> {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        let n = self.file.write_at(buf, self.offset)?;
+        self.offset += n as u64;
+        Ok(n)
+    }
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}

@@ -1,0 +1,399 @@
+//! The two Iceberg tables of a live archive and their rows.
+//!
+//! `files` holds one row per slice, as the container's base columns (offsets as
+//! `long`, the checksum as `fixed[32]`) plus `append_seq` (which append wrote it)
+//! and `tombstone` (a delete). `meta` holds the metadata rows plus the same two
+//! bookkeeping columns. Both tables are append logs: for a path (or a meta
+//! `(key, path)`), the rows of the highest `append_seq` are the current ones, and
+//! a tombstone there means deleted.
+
+use std::sync::Arc;
+
+use arrow_array::builder::{
+    BooleanBuilder, FixedSizeBinaryBuilder, Float64Builder, Int32Builder, Int64Builder,
+    LargeBinaryBuilder, StringBuilder,
+};
+use arrow_array::cast::AsArray;
+use arrow_array::types::{Float64Type, Int32Type, Int64Type};
+use arrow_array::{Array, ArrayRef, RecordBatch};
+use futures::TryStreamExt;
+use iceberg::arrow::schema_to_arrow_schema;
+use iceberg::spec::{DataFile, DataFileFormat, NestedField, PrimitiveType, Schema, Type};
+use iceberg::table::Table;
+use iceberg::writer::base_writer::data_file_writer::DataFileWriterBuilder;
+use iceberg::writer::file_writer::location_generator::{
+    DefaultFileNameGenerator, DefaultLocationGenerator,
+};
+use iceberg::writer::file_writer::rolling_writer::RollingFileWriterBuilder;
+use iceberg::writer::file_writer::ParquetWriterBuilder;
+use iceberg::writer::{IcebergWriter, IcebergWriterBuilder};
+use parquet::basic::{Compression, ZstdLevel};
+use parquet::file::properties::WriterProperties;
+use znippy_format::{MetaValue, SliceRow};
+
+use crate::catalog::{fsync_file_and_dir, local_path};
+use crate::error::{Result, StoreError};
+
+/// Name of the slice table.
+pub const FILES: &str = "files";
+/// Name of the metadata table.
+pub const META: &str = "meta";
+
+fn req(id: i32, name: &str, t: PrimitiveType) -> Arc<NestedField> {
+    NestedField::required(id, name, Type::Primitive(t)).into()
+}
+fn opt(id: i32, name: &str, t: PrimitiveType) -> Arc<NestedField> {
+    NestedField::optional(id, name, Type::Primitive(t)).into()
+}
+
+/// Iceberg schema of `files`.
+pub fn files_schema() -> Schema {
+    use PrimitiveType::*;
+    Schema::builder()
+        .with_fields(vec![
+            req(1, "relative_path", String),
+            req(2, "chunk_seq", Long),
+            req(3, "fdata_offset", Long),
+            req(4, "uncompressed_size", Long),
+            req(5, "blob_offset", Long),
+            req(6, "blob_size", Long),
+            req(7, "blob_inner_offset", Long),
+            req(8, "compressed", Boolean),
+            req(9, "checksum", Fixed(32)),
+            opt(10, "mode", Int),
+            req(11, "append_seq", Long),
+            req(12, "tombstone", Boolean),
+        ])
+        .build()
+        .expect("a static, valid schema")
+}
+
+/// Iceberg schema of `meta`.
+pub fn meta_schema() -> Schema {
+    use PrimitiveType::*;
+    Schema::builder()
+        .with_fields(vec![
+            opt(1, "relative_path", String),
+            req(2, "key", String),
+            req(3, "value_type", Int),
+            opt(4, "v_str", String),
+            opt(5, "v_i64", Long),
+            opt(6, "v_f64", Double),
+            opt(7, "v_bool", Boolean),
+            opt(8, "v_bytes", Binary),
+            req(9, "append_seq", Long),
+            req(10, "tombstone", Boolean),
+        ])
+        .build()
+        .expect("a static, valid schema")
+}
+
+/// A row of `files`: a slice (or a tombstone, whose slice fields are zero).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FileRow {
+    /// The slice.
+    pub slice: SliceRow,
+    /// The append that wrote it.
+    pub append_seq: u64,
+    /// Whether it deletes the path.
+    pub tombstone: bool,
+}
+
+/// A row of `meta`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct MetaLogRow {
+    /// The path, or `None` for archive-level facts.
+    pub path: Option<String>,
+    /// The key.
+    pub key: String,
+    /// The value (ignored for tombstones).
+    pub value: MetaValue,
+    /// The append that wrote it.
+    pub append_seq: u64,
+    /// Whether it removes the key.
+    pub tombstone: bool,
+}
+
+fn long(v: u64, what: &str) -> Result<i64> {
+    i64::try_from(v).map_err(|_| StoreError::Corrupt(format!("{what} {v} does not fit a long")))
+}
+
+fn ulong(v: i64, what: &str) -> Result<u64> {
+    u64::try_from(v).map_err(|_| StoreError::Corrupt(format!("negative {what} {v}")))
+}
+
+fn batch_for(table: &Table, cols: Vec<ArrayRef>) -> Result<RecordBatch> {
+    let schema = schema_to_arrow_schema(table.metadata().current_schema())?;
+    RecordBatch::try_new(Arc::new(schema), cols).map_err(|e| {
+        StoreError::Corrupt(format!("building a batch for {}: {e}", table.identifier()))
+    })
+}
+
+/// Arrow batch of `files` rows, with the table's field ids.
+pub fn files_batch(table: &Table, rows: &[FileRow]) -> Result<RecordBatch> {
+    let mut path = StringBuilder::new();
+    let mut longs: Vec<Int64Builder> = (0..6).map(|_| Int64Builder::new()).collect();
+    let mut comp = BooleanBuilder::new();
+    let mut sum = FixedSizeBinaryBuilder::new(32);
+    let mut mode = Int32Builder::new();
+    let mut seq = Int64Builder::new();
+    let mut tomb = BooleanBuilder::new();
+    for r in rows {
+        let s = &r.slice;
+        path.append_value(&s.relative_path);
+        for (b, v) in longs.iter_mut().zip([
+            s.chunk_seq,
+            s.fdata_offset,
+            s.uncompressed_size,
+            s.blob_offset,
+            s.blob_size,
+            s.blob_inner_offset,
+        ]) {
+            b.append_value(long(v, "offset")?);
+        }
+        comp.append_value(s.compressed);
+        sum.append_value(s.checksum)
+            .map_err(|e| StoreError::Corrupt(e.to_string()))?;
+        mode.append_option(s.mode.map(|m| m as i32));
+        seq.append_value(long(r.append_seq, "append_seq")?);
+        tomb.append_value(r.tombstone);
+    }
+    let mut cols: Vec<ArrayRef> = vec![Arc::new(path.finish())];
+    cols.extend(longs.iter_mut().map(|b| Arc::new(b.finish()) as ArrayRef));
+    cols.push(Arc::new(comp.finish()));
+    cols.push(Arc::new(sum.finish()));
+    cols.push(Arc::new(mode.finish()));
+    cols.push(Arc::new(seq.finish()));
+    cols.push(Arc::new(tomb.finish()));
+    batch_for(table, cols)
+}
+
+/// Arrow batch of `meta` rows, with the table's field ids.
+pub fn meta_batch(table: &Table, rows: &[MetaLogRow]) -> Result<RecordBatch> {
+    let mut path = StringBuilder::new();
+    let mut key = StringBuilder::new();
+    let mut ty = Int32Builder::new();
+    let mut s = StringBuilder::new();
+    let mut i = Int64Builder::new();
+    let mut f = Float64Builder::new();
+    let mut b = BooleanBuilder::new();
+    let mut by = LargeBinaryBuilder::new();
+    let mut seq = Int64Builder::new();
+    let mut tomb = BooleanBuilder::new();
+    for r in rows {
+        path.append_option(r.path.as_deref());
+        key.append_value(&r.key);
+        ty.append_value(r.value.type_code() as i32);
+        let v = &r.value;
+        s.append_option(if let MetaValue::Str(x) = v {
+            Some(x.as_str())
+        } else {
+            None
+        });
+        i.append_option(if let MetaValue::I64(x) = v {
+            Some(*x)
+        } else {
+            None
+        });
+        f.append_option(if let MetaValue::F64(x) = v {
+            Some(*x)
+        } else {
+            None
+        });
+        b.append_option(if let MetaValue::Bool(x) = v {
+            Some(*x)
+        } else {
+            None
+        });
+        by.append_option(if let MetaValue::Bytes(x) = v {
+            Some(x.as_slice())
+        } else {
+            None
+        });
+        seq.append_value(long(r.append_seq, "append_seq")?);
+        tomb.append_value(r.tombstone);
+    }
+    let cols: Vec<ArrayRef> = vec![
+        Arc::new(path.finish()),
+        Arc::new(key.finish()),
+        Arc::new(ty.finish()),
+        Arc::new(s.finish()),
+        Arc::new(i.finish()),
+        Arc::new(f.finish()),
+        Arc::new(b.finish()),
+        Arc::new(by.finish()),
+        Arc::new(seq.finish()),
+        Arc::new(tomb.finish()),
+    ];
+    batch_for(table, cols)
+}
+
+/// Writes `batch` as one parquet data file of `table`, fsynced, and returns it.
+pub async fn write_data_file(table: &Table, batch: RecordBatch) -> Result<Vec<DataFile>> {
+    let props = WriterProperties::builder()
+        .set_compression(Compression::ZSTD(ZstdLevel::default()))
+        .build();
+    let schema = table.metadata().current_schema().clone();
+    let parquet = ParquetWriterBuilder::new(props, schema);
+    let locations = DefaultLocationGenerator::new(table.metadata())?;
+    // A fresh prefix per file: a reused name would overwrite a committed file.
+    let names = DefaultFileNameGenerator::new(
+        uuid::Uuid::now_v7().to_string(),
+        None,
+        DataFileFormat::Parquet,
+    );
+    let rolling = RollingFileWriterBuilder::new_with_default_file_size(
+        parquet,
+        table.file_io().clone(),
+        locations,
+        names,
+    );
+    let mut writer = DataFileWriterBuilder::new(rolling).build(None).await?;
+    writer.write(batch).await?;
+    let files = writer.close().await?;
+    let paths: Vec<_> = files.iter().map(|f| local_path(f.file_path())).collect();
+    tokio::task::spawn_blocking(move || {
+        for p in paths {
+            fsync_file_and_dir(&p)
+                .map_err(|e| StoreError::io(format!("fsync {}", p.display()), e))?;
+        }
+        Ok::<_, StoreError>(())
+    })
+    .await
+    .map_err(|e| StoreError::Corrupt(format!("fsync task: {e}")))??;
+    Ok(files)
+}
+
+/// Every batch of `table` at its current snapshot (none for an empty table).
+pub async fn scan_all(table: &Table) -> Result<Vec<RecordBatch>> {
+    if table.metadata().current_snapshot().is_none() {
+        return Ok(Vec::new());
+    }
+    let stream = table.scan().select_all().build()?.to_arrow().await?;
+    Ok(stream.try_collect().await?)
+}
+
+fn col<'a>(b: &'a RecordBatch, name: &str) -> Result<&'a dyn Array> {
+    b.column_by_name(name)
+        .map(|c| c.as_ref())
+        .ok_or_else(|| StoreError::Corrupt(format!("column {name} missing")))
+}
+
+fn bad(name: &str) -> StoreError {
+    StoreError::Corrupt(format!("column {name} has an unexpected type"))
+}
+
+/// Decodes scanned `files` batches.
+pub fn file_rows(batches: &[RecordBatch]) -> Result<Vec<FileRow>> {
+    let mut out = Vec::new();
+    for b in batches {
+        let path = col(b, "relative_path")?
+            .as_string_opt::<i32>()
+            .ok_or_else(|| bad("relative_path"))?;
+        let l = |n: &str| {
+            col(b, n).and_then(|c| c.as_primitive_opt::<Int64Type>().ok_or_else(|| bad(n)))
+        };
+        let (seq, fdata, size, boff, bsize, inner, aseq) = (
+            l("chunk_seq")?,
+            l("fdata_offset")?,
+            l("uncompressed_size")?,
+            l("blob_offset")?,
+            l("blob_size")?,
+            l("blob_inner_offset")?,
+            l("append_seq")?,
+        );
+        let comp = col(b, "compressed")?
+            .as_boolean_opt()
+            .ok_or_else(|| bad("compressed"))?;
+        let tomb = col(b, "tombstone")?
+            .as_boolean_opt()
+            .ok_or_else(|| bad("tombstone"))?;
+        let sum = col(b, "checksum")?
+            .as_fixed_size_binary_opt()
+            .filter(|a| a.value_length() == 32)
+            .ok_or_else(|| bad("checksum"))?;
+        let mode = col(b, "mode")?
+            .as_primitive_opt::<Int32Type>()
+            .ok_or_else(|| bad("mode"))?;
+        for r in 0..b.num_rows() {
+            let mut checksum = [0u8; 32];
+            checksum.copy_from_slice(sum.value(r));
+            out.push(FileRow {
+                slice: SliceRow {
+                    relative_path: path.value(r).to_string(),
+                    chunk_seq: ulong(seq.value(r), "chunk_seq")?,
+                    fdata_offset: ulong(fdata.value(r), "fdata_offset")?,
+                    uncompressed_size: ulong(size.value(r), "uncompressed_size")?,
+                    blob_offset: ulong(boff.value(r), "blob_offset")?,
+                    blob_size: ulong(bsize.value(r), "blob_size")?,
+                    blob_inner_offset: ulong(inner.value(r), "blob_inner_offset")?,
+                    compressed: comp.value(r),
+                    checksum,
+                    mode: mode.is_valid(r).then(|| mode.value(r) as u32),
+                },
+                append_seq: ulong(aseq.value(r), "append_seq")?,
+                tombstone: tomb.value(r),
+            });
+        }
+    }
+    Ok(out)
+}
+
+/// Decodes scanned `meta` batches.
+pub fn meta_rows(batches: &[RecordBatch]) -> Result<Vec<MetaLogRow>> {
+    let mut out = Vec::new();
+    for b in batches {
+        let path = col(b, "relative_path")?
+            .as_string_opt::<i32>()
+            .ok_or_else(|| bad("relative_path"))?;
+        let key = col(b, "key")?
+            .as_string_opt::<i32>()
+            .ok_or_else(|| bad("key"))?;
+        let ty = col(b, "value_type")?
+            .as_primitive_opt::<Int32Type>()
+            .ok_or_else(|| bad("value_type"))?;
+        let s = col(b, "v_str")?
+            .as_string_opt::<i32>()
+            .ok_or_else(|| bad("v_str"))?;
+        let i = col(b, "v_i64")?
+            .as_primitive_opt::<Int64Type>()
+            .ok_or_else(|| bad("v_i64"))?;
+        let f = col(b, "v_f64")?
+            .as_primitive_opt::<Float64Type>()
+            .ok_or_else(|| bad("v_f64"))?;
+        let bo = col(b, "v_bool")?
+            .as_boolean_opt()
+            .ok_or_else(|| bad("v_bool"))?;
+        let by = col(b, "v_bytes")?
+            .as_binary_opt::<i64>()
+            .ok_or_else(|| bad("v_bytes"))?;
+        let seq = col(b, "append_seq")?
+            .as_primitive_opt::<Int64Type>()
+            .ok_or_else(|| bad("append_seq"))?;
+        let tomb = col(b, "tombstone")?
+            .as_boolean_opt()
+            .ok_or_else(|| bad("tombstone"))?;
+        for r in 0..b.num_rows() {
+            let value = match ty.value(r) {
+                0 if s.is_valid(r) => MetaValue::Str(s.value(r).to_string()),
+                1 if i.is_valid(r) => MetaValue::I64(i.value(r)),
+                2 if f.is_valid(r) => MetaValue::F64(f.value(r)),
+                3 if bo.is_valid(r) => MetaValue::Bool(bo.value(r)),
+                4 if by.is_valid(r) => MetaValue::Bytes(by.value(r).to_vec()),
+                t => {
+                    return Err(StoreError::Corrupt(format!(
+                        "meta row with value_type {t} and no value"
+                    )))
+                }
+            };
+            out.push(MetaLogRow {
+                path: path.is_valid(r).then(|| path.value(r).to_string()),
+                key: key.value(r).to_string(),
+                value,
+                append_seq: ulong(seq.value(r), "append_seq")?,
+                tombstone: tomb.value(r),
+            });
+        }
+    }
+    Ok(out)
+}

@@ -1,0 +1,309 @@
+//! The live store through its public API: append, read, list, replace, delete,
+//! metadata, and everything surviving a restart.
+
+use std::sync::Arc;
+
+use znippy_format::{ArchiveProps, InputFile, MetaSearch, MetaTable, MetaValue, Metadata};
+use znippy_store::{CreateOptions, State, Store, StoreError};
+
+fn file(path: &str, bytes: &[u8]) -> InputFile {
+    InputFile::from_bytes(path, bytes.to_vec(), Some(0o644))
+}
+
+fn props() -> ArchiveProps {
+    ArchiveProps {
+        chunk_size: 64 << 10,
+        pack_threshold: 16 << 10,
+        level: 3,
+    }
+}
+
+fn text(seed: u64, len: usize) -> Vec<u8> {
+    let mut x = seed | 1;
+    (0..len)
+        .map(|_| {
+            x = x.wrapping_mul(6364136223846793005).wrapping_add(1);
+            b"abcdefgh \n"[(x >> 60) as usize % 10]
+        })
+        .collect()
+}
+
+async fn read(store: &Store, id: &str, path: &str) -> Vec<u8> {
+    let mut out = Vec::new();
+    store.read_file(id, path, &mut out).await.unwrap();
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn append_read_replace_delete_and_restart() {
+    let tmp = tempfile::tempdir().unwrap();
+    let big = text(7, 300_000);
+    {
+        let store = Store::open(tmp.path(), 2).await.unwrap();
+        let info = store
+            .create(
+                "a1",
+                CreateOptions {
+                    props: props(),
+                    with_meta: false,
+                },
+            )
+            .await
+            .unwrap();
+        assert_eq!((info.files, info.state), (0, State::Live));
+        assert!(matches!(
+            store.create("a1", CreateOptions::default()).await,
+            Err(StoreError::Exists(_))
+        ));
+        let r = store
+            .append(
+                "a1",
+                vec![
+                    file("x.txt", b"one"),
+                    file("dir/big", &big),
+                    file("gone", b"bye"),
+                ],
+                None,
+            )
+            .await
+            .unwrap();
+        assert_eq!((r.files, r.append_seq), (3, 1));
+        assert_eq!(read(&store, "a1", "dir/big").await, big);
+        let r2 = store
+            .append("a1", vec![file("x.txt", b"two"), file("copy", &big)], None)
+            .await
+            .unwrap();
+        assert_eq!(r2.append_seq, 2);
+        assert!(
+            r2.blob_end < r.blob_end + 1000,
+            "the copy of big was deduplicated"
+        );
+        store.delete_file("a1", "gone").await.unwrap();
+        assert_eq!(read(&store, "a1", "x.txt").await, b"two");
+        let names: Vec<_> = store
+            .list_files("a1", "")
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|e| e.path)
+            .collect();
+        assert_eq!(names, ["copy", "dir/big", "x.txt"]);
+        assert_eq!(store.stat("a1", "dir/big").await.unwrap().size, 300_000);
+        assert!(matches!(
+            store.stat("a1", "gone").await,
+            Err(StoreError::NotFound(_))
+        ));
+        assert_eq!(store.metadata("a1").await.unwrap(), Metadata::Absent);
+    }
+    // A new process would see exactly the same archive.
+    let store = Store::open(tmp.path(), 2).await.unwrap();
+    assert_eq!(store.list().await.unwrap(), ["a1"]);
+    let info = store.info("a1").await.unwrap();
+    assert_eq!((info.files, info.appends), (3, 3));
+    assert_eq!(read(&store, "a1", "x.txt").await, b"two");
+    assert_eq!(read(&store, "a1", "copy").await, big);
+    assert!(matches!(
+        store.stat("a1", "gone").await,
+        Err(StoreError::NotFound(_))
+    ));
+    let r = store
+        .append("a1", vec![file("after", &text(3, 50_000))], None)
+        .await
+        .unwrap();
+    assert_eq!(r.append_seq, 4);
+    assert_eq!(read(&store, "a1", "after").await, text(3, 50_000));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metadata_absent_empty_and_set() {
+    let tmp = tempfile::tempdir().unwrap();
+    let store = Store::open(tmp.path(), 2).await.unwrap();
+    store
+        .create(
+            "none",
+            CreateOptions {
+                props: props(),
+                with_meta: false,
+            },
+        )
+        .await
+        .unwrap();
+    store
+        .create(
+            "empty",
+            CreateOptions {
+                props: props(),
+                with_meta: true,
+            },
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        store.meta_by_key("none", "k").await.unwrap(),
+        MetaSearch::NoSection
+    );
+    assert_eq!(
+        store.meta_by_key("empty", "k").await.unwrap(),
+        MetaSearch::NoMatch
+    );
+    let mut t = MetaTable::new();
+    t.set(Some("f"), "lic", MetaValue::infer("MIT")).unwrap();
+    t.set(None, "owner", MetaValue::infer("team")).unwrap();
+    store
+        .append("none", vec![file("f", b"x")], Some(t))
+        .await
+        .unwrap();
+    let MetaSearch::Hits(h) = store.meta_by_key("none", "lic").await.unwrap() else {
+        panic!()
+    };
+    assert_eq!(h[0].value, MetaValue::Str("MIT".into()));
+    let mut t = MetaTable::new();
+    t.set(Some("f"), "lic", MetaValue::infer("Apache-2.0"))
+        .unwrap();
+    store.append("none", vec![], Some(t)).await.unwrap();
+    drop(store);
+    let store = Store::open(tmp.path(), 2).await.unwrap();
+    let MetaSearch::Hits(h) = store.meta_by_prefix("none", "").await.unwrap() else {
+        panic!()
+    };
+    assert_eq!(h.len(), 2, "latest wins per (key, path)");
+    assert_eq!(h[0].value, MetaValue::Str("Apache-2.0".into()));
+    assert_eq!(
+        store.meta_by_key("empty", "k").await.unwrap(),
+        MetaSearch::NoMatch
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn uncommitted_sidecar_bytes_are_cut_off_on_open() {
+    let tmp = tempfile::tempdir().unwrap();
+    {
+        let store = Store::open(tmp.path(), 1).await.unwrap();
+        store
+            .create(
+                "a",
+                CreateOptions {
+                    props: props(),
+                    with_meta: false,
+                },
+            )
+            .await
+            .unwrap();
+        store
+            .append("a", vec![file("x", &text(1, 40_000))], None)
+            .await
+            .unwrap();
+    }
+    let sidecar = tmp.path().join("blobs/a.znippy");
+    let committed = std::fs::metadata(&sidecar).unwrap().len();
+    // What a crash between the blob fsync and the commit leaves behind.
+    let mut bytes = std::fs::read(&sidecar).unwrap();
+    bytes.extend_from_slice(&[0xAB; 5000]);
+    std::fs::write(&sidecar, bytes).unwrap();
+    let store = Store::open(tmp.path(), 1).await.unwrap();
+    assert_eq!(store.info("a").await.unwrap().bytes_stored, committed);
+    assert_eq!(std::fs::metadata(&sidecar).unwrap().len(), committed);
+    assert_eq!(read(&store, "a", "x").await, text(1, 40_000));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_inputs_change_nothing() {
+    let tmp = tempfile::tempdir().unwrap();
+    let store = Store::open(tmp.path(), 1).await.unwrap();
+    for bad in ["", "a.b", "../x", "a/b", &"x".repeat(65)] {
+        assert!(
+            matches!(
+                store.create(bad, CreateOptions::default()).await,
+                Err(StoreError::BadId(_))
+            ),
+            "{bad:?}"
+        );
+    }
+    assert!(matches!(
+        store.info("nope").await,
+        Err(StoreError::NoArchive(_))
+    ));
+    store
+        .create(
+            "a",
+            CreateOptions {
+                props: props(),
+                with_meta: false,
+            },
+        )
+        .await
+        .unwrap();
+    store
+        .append("a", vec![file("ok", b"fine")], None)
+        .await
+        .unwrap();
+    let before = store.info("a").await.unwrap();
+    let err = store
+        .append("a", vec![file("new", b"n"), file("../evil", b"x")], None)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(
+            err,
+            StoreError::Format(znippy_format::Error::InvalidPath { .. })
+        ),
+        "{err}"
+    );
+    assert_eq!(store.info("a").await.unwrap(), before, "nothing committed");
+    assert!(matches!(
+        store.stat("a", "new").await,
+        Err(StoreError::NotFound(_))
+    ));
+    assert!(matches!(
+        store.delete_file("a", "missing").await,
+        Err(StoreError::NotFound(_))
+    ));
+    let sidecar_len = std::fs::metadata(tmp.path().join("blobs/a.znippy"))
+        .unwrap()
+        .len();
+    assert_eq!(
+        sidecar_len, before.bytes_stored,
+        "blobs of the failed append were cut back"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn concurrent_appends_to_one_archive_serialize_and_all_land() {
+    let tmp = tempfile::tempdir().unwrap();
+    let store = Arc::new(Store::open(tmp.path(), 2).await.unwrap());
+    store
+        .create(
+            "a",
+            CreateOptions {
+                props: props(),
+                with_meta: false,
+            },
+        )
+        .await
+        .unwrap();
+    let mut tasks = Vec::new();
+    for i in 0..8u64 {
+        let store = Arc::clone(&store);
+        tasks.push(tokio::spawn(async move {
+            store
+                .append(
+                    "a",
+                    vec![file(&format!("f{i}"), &text(i, 20_000 + i as usize))],
+                    None,
+                )
+                .await
+        }));
+    }
+    let mut seqs = Vec::new();
+    for t in tasks {
+        seqs.push(t.await.unwrap().unwrap().append_seq);
+    }
+    seqs.sort();
+    assert_eq!(seqs, (1..=8).collect::<Vec<_>>());
+    for i in 0..8u64 {
+        assert_eq!(
+            read(&store, "a", &format!("f{i}")).await,
+            text(i, 20_000 + i as usize)
+        );
+    }
+}
