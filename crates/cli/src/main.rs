@@ -1,6 +1,7 @@
 //! `znippy`: compress a directory into a seekable `.znippy` archive, pull single
 //! files back out in milliseconds, list and search metadata without reading blobs.
 
+mod live;
 mod meta_args;
 mod progress;
 
@@ -114,6 +115,17 @@ enum Cmd {
         /// Print only the paths of matching rows ('-' for archive-level rows).
         #[arg(long)]
         paths_only: bool,
+    },
+    /// Live archives in a data directory (the store `znippy serve` runs on).
+    Live {
+        /// The data directory.
+        #[arg(long, default_value = "znippy-data")]
+        data: PathBuf,
+        /// Compression threads for appends (default: all cores).
+        #[arg(long)]
+        threads: Option<usize>,
+        #[command(subcommand)]
+        cmd: live::LiveCmd,
     },
     /// Append files to an archive; a path already present is replaced.
     Append {
@@ -320,6 +332,11 @@ fn run(cmd: Cmd) -> Result<ExitCode> {
             }
             out.flush()?;
         }
+        Cmd::Live {
+            data,
+            threads: t,
+            cmd,
+        } => return live::run(data, threads(t), cmd),
         Cmd::Append {
             archive,
             inputs,

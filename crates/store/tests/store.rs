@@ -307,3 +307,38 @@ async fn concurrent_appends_to_one_archive_serialize_and_all_land() {
         );
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reads_touch_no_iceberg_file() {
+    let tmp = tempfile::tempdir().unwrap();
+    let store = Store::open(tmp.path(), 1).await.unwrap();
+    store
+        .create(
+            "a",
+            CreateOptions {
+                props: props(),
+                with_meta: false,
+            },
+        )
+        .await
+        .unwrap();
+    store
+        .append(
+            "a",
+            vec![file("x", &text(1, 100_000)), file("y", b"small")],
+            None,
+        )
+        .await
+        .unwrap();
+    store.info("a").await.unwrap();
+    // With every table file out of reach, reads still work: they use the derived
+    // lookup and the sidecar only.
+    let warehouse = tmp.path().join("warehouse");
+    let hidden = tmp.path().join("hidden");
+    std::fs::rename(&warehouse, &hidden).unwrap();
+    assert_eq!(read(&store, "a", "x").await, text(1, 100_000));
+    assert_eq!(read(&store, "a", "y").await, b"small");
+    assert_eq!(store.list_files("a", "").await.unwrap().len(), 2);
+    assert_eq!(store.stat("a", "x").await.unwrap().size, 100_000);
+    std::fs::rename(&hidden, &warehouse).unwrap();
+}

@@ -1,0 +1,143 @@
+//! `znippy live …`: drive the live store in a data directory from a shell, the
+//! same store `znippy serve` runs on.
+
+use std::io::{BufWriter, Write};
+use std::path::PathBuf;
+
+use anyhow::{Context, Result};
+use clap::Subcommand;
+use znippy_format::{ArchiveProps, MetaSearch};
+use znippy_store::{CreateOptions, Store};
+
+use crate::meta_args;
+
+#[derive(Subcommand)]
+pub enum LiveCmd {
+    /// Create a live archive.
+    Create {
+        id: String,
+        /// Size of the pieces large files are cut into, in bytes.
+        #[arg(long, default_value_t = ArchiveProps::default().chunk_size)]
+        chunk_size: u64,
+        /// Files up to this size are packed together, in bytes.
+        #[arg(long, default_value_t = ArchiveProps::default().pack_threshold)]
+        pack_threshold: u64,
+        /// zstd level.
+        #[arg(long, default_value_t = ArchiveProps::default().level)]
+        level: i32,
+        /// Start with an (empty) metadata section.
+        #[arg(long)]
+        with_meta: bool,
+    },
+    /// List archives.
+    Archives,
+    /// Show an archive's state as JSON-like lines.
+    Info { id: String },
+    /// Append files (one batch, one commit); prints the receipt when durable.
+    Append {
+        id: String,
+        /// Directories (stored relative to themselves) or files (under the path given).
+        inputs: Vec<PathBuf>,
+        /// Metadata about a file: 'path=key=value' (value '@file' reads bytes).
+        #[arg(long = "meta", value_name = "PATH=KEY=VALUE")]
+        meta: Vec<String>,
+        /// Metadata about the archive: 'key=value'.
+        #[arg(long = "meta-archive", value_name = "KEY=VALUE")]
+        meta_archive: Vec<String>,
+    },
+    /// List the live files of an archive.
+    Ls {
+        id: String,
+        #[arg(short, long, default_value = "")]
+        prefix: String,
+    },
+    /// Write one live file to stdout, verified.
+    Get { id: String, path: String },
+    /// Delete one file.
+    Rm { id: String, path: String },
+    /// Search metadata by key. Exit status: 0 hits, 1 no match, 2 no metadata.
+    Meta { id: String, key: String },
+}
+
+pub fn run(data: PathBuf, threads: usize, cmd: LiveCmd) -> Result<std::process::ExitCode> {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .context("starting the async runtime")?;
+    rt.block_on(async move {
+        let store = Store::open(&data, threads)
+            .await
+            .with_context(|| format!("opening the store in {}", data.display()))?;
+        let mut out = BufWriter::new(std::io::stdout().lock());
+        match cmd {
+            LiveCmd::Create {
+                id,
+                chunk_size,
+                pack_threshold,
+                level,
+                with_meta,
+            } => {
+                let props = ArchiveProps {
+                    chunk_size,
+                    pack_threshold,
+                    level,
+                };
+                store.create(&id, CreateOptions { props, with_meta }).await?;
+                writeln!(out, "created {id}")?;
+            }
+            LiveCmd::Archives => {
+                for id in store.list().await? {
+                    writeln!(out, "{id}")?;
+                }
+            }
+            LiveCmd::Info { id } => {
+                let i = store.info(&id).await?;
+                writeln!(out, "id {}\nstate {:?}\nfiles {}\nbytes_in {}\nbytes_stored {}\nappends {}\nsnapshot {}\nmetadata {}",
+                    i.id, i.state, i.files, i.bytes_in, i.bytes_stored, i.appends,
+                    i.snapshot_id.map_or("-".into(), |s| s.to_string()), i.with_meta)?;
+            }
+            LiveCmd::Append {
+                id,
+                inputs,
+                meta,
+                meta_archive,
+            } => {
+                let set = meta_args::table(&meta, &meta_archive)?;
+                let files = crate::gather(&inputs)?.iter().map(|f| f.input()).collect();
+                let r = store.append(&id, files, set).await?;
+                writeln!(
+                    out,
+                    "appended {} files, {} bytes: append {} snapshot {} blob_end {}",
+                    r.files, r.bytes, r.append_seq, r.snapshot_id, r.blob_end
+                )?;
+            }
+            LiveCmd::Ls { id, prefix } => {
+                for e in store.list_files(&id, &prefix).await? {
+                    writeln!(out, "{:>12} {}", e.size, e.path)?;
+                }
+            }
+            LiveCmd::Get { id, path } => {
+                let mut buf = Vec::new();
+                store.read_file(&id, &path, &mut buf).await?;
+                out.write_all(&buf)?;
+            }
+            LiveCmd::Rm { id, path } => {
+                store.delete_file(&id, &path).await?;
+                writeln!(out, "deleted {path}")?;
+            }
+            LiveCmd::Meta { id, key } => match store.meta_by_key(&id, &key).await? {
+                MetaSearch::NoSection => return Ok(std::process::ExitCode::from(2)),
+                MetaSearch::NoMatch => return Ok(std::process::ExitCode::from(1)),
+                MetaSearch::Hits(rows) => {
+                    for r in rows {
+                        let path = r.path.as_deref().unwrap_or("-");
+                        writeln!(out, "{path}\t{}\t{}\t{}", r.key, r.value.type_name(), r.value)?;
+                    }
+                }
+            },
+        }
+        out.flush()?;
+        Ok(std::process::ExitCode::SUCCESS)
+    })
+}
