@@ -549,6 +549,14 @@ fn read_up_to(r: &mut dyn Read, buf: &mut Vec<u8>, limit: usize) -> io::Result<u
     Ok(total)
 }
 
+static CODEC_CALLS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// How many blobs this process has handed to the compressor so far. Lets tests
+/// prove that a path (the store's seal) never recompresses.
+pub fn codec_calls() -> u64 {
+    CODEC_CALLS.load(std::sync::atomic::Ordering::Relaxed)
+}
+
 fn compress_worker(level: i32, jobs: Arc<Mutex<Receiver<Job>>>, done: SyncSender<Job>) {
     let mut zstd = zstd::bulk::Compressor::new(level).ok();
     loop {
@@ -560,6 +568,7 @@ fn compress_worker(level: i32, jobs: Arc<Mutex<Receiver<Job>>>, done: SyncSender
         job.compressed = false;
         if job.try_compress && !job.input.is_empty() {
             if let Some(z) = zstd.as_mut() {
+                CODEC_CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 job.output.clear();
                 let cap = zstd::zstd_safe::compress_bound(job.input.len());
                 job.output.reserve(cap);

@@ -56,7 +56,7 @@ mod trie;
 mod writer;
 
 pub use blobs::{BlobRegion, BlobScratch};
-pub use engine::{BatchStats, Engine, InputFile, Source};
+pub use engine::{codec_calls, BatchStats, Engine, InputFile, Source};
 pub use error::{Error, Result};
 pub use extract::{extract_all, ExtractStats};
 pub use io::{CountingReader, ReadAt};

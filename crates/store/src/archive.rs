@@ -35,6 +35,7 @@ use crate::catalog::{RedbCatalog, BLOB_END_KEY};
 use crate::error::{Result, StoreError};
 use crate::sidecar::Sidecar;
 use crate::tables::{self, FileRow, MetaLogRow, FILES, META};
+use crate::SealedFile;
 
 const APPEND_SEQ_KEY: &str = "znippy.append-seq";
 const PENDING_META_KEY: &str = "znippy.pending-meta";
@@ -74,6 +75,32 @@ pub struct AppendReceipt {
     pub blob_end: u64,
 }
 
+/// Everything a seal needs, taken under the archive's lock.
+#[derive(Debug)]
+pub struct SealPlan {
+    /// The archive id.
+    pub id: String,
+    /// Archive properties.
+    pub props: ArchiveProps,
+    /// Committed end of the sidecar's blob region.
+    pub blob_end: u64,
+    /// Live rows, one list per append that still has live files, in append
+    /// order, each in write order.
+    pub batches: Vec<Vec<SliceRow>>,
+    /// The live metadata.
+    pub meta: Metadata,
+    /// No dead rows: the sidecar is exactly a one-shot compress's blob region.
+    pub in_place: bool,
+    /// The sidecar.
+    pub sidecar: Arc<Sidecar>,
+    /// Its path.
+    pub sidecar_path: PathBuf,
+    /// Where a copied sealed archive goes.
+    pub sealed_dir: PathBuf,
+    /// Set when the archive is sealed already.
+    pub already: Option<SealedFile>,
+}
+
 /// The state of a live archive, derived from its tables.
 pub struct LiveArchive {
     pub(crate) id: String,
@@ -87,7 +114,10 @@ pub struct LiveArchive {
     pub(crate) snapshot_id: Option<i64>,
     pub(crate) live: BTreeMap<String, LiveFile>,
     pub(crate) meta: Metadata,
-    pub(crate) sealed: bool,
+    pub(crate) sealed: Option<SealedFile>,
+    /// Whether any committed row is dead (replaced or deleted): then the sidecar
+    /// holds blobs a one-shot compress of the live files would not.
+    pub(crate) dead: bool,
     engine: Option<Engine>,
     threads: usize,
 }
@@ -197,10 +227,17 @@ impl LiveArchive {
             }
         }
         let blob_end = summary_u64(&files, BLOB_END_KEY)?;
-        let live = live_files(tables::file_rows(&tables::scan_all(&files).await?)?)?;
+        let all_rows = tables::file_rows(&tables::scan_all(&files).await?)?;
+        let row_count = all_rows.len();
+        let live = live_files(all_rows)?;
+        let dead = row_count != live.values().map(|f| f.rows.len()).sum::<usize>();
         let meta_rows = tables::meta_rows(&tables::scan_all(&meta).await?)?;
         let meta = live_meta(meta_rows, props.with_meta)?;
-        let sidecar = Sidecar::open(&sidecar_path, blob_end)?;
+        let sidecar = match &props.sealed {
+            // A sealed archive's blobs (and tail) are immutable: never truncate.
+            Some(sealed) => Sidecar::open_existing(&sealed.path)?,
+            None => Sidecar::open(&sidecar_path, blob_end)?,
+        };
         let mut archive = LiveArchive {
             id: id.to_string(),
             props: props.archive,
@@ -214,6 +251,7 @@ impl LiveArchive {
             live,
             meta,
             sealed: props.sealed,
+            dead,
             engine: None,
             threads,
         };
@@ -257,6 +295,14 @@ impl LiveArchive {
     /// Writes the bytes of `path` to `out`, verified. Reads only that file's
     /// blobs, found through the derived lookup; no Iceberg file is touched.
     pub fn read_file(&self, path: &str, out: &mut dyn Write) -> Result<u64> {
+        if let Some(sealed) = &self.sealed {
+            let f = std::fs::File::open(&sealed.path)
+                .map_err(|e| StoreError::io(format!("opening {}", sealed.path.display()), e))?;
+            return match znippy_format::Archive::open(f)?.read_file(path, out) {
+                Err(znippy_format::Error::NotFound(p)) => Err(StoreError::NotFound(p)),
+                r => Ok(r?),
+            };
+        }
         let file = self
             .live
             .get(path)
@@ -283,7 +329,7 @@ impl LiveArchive {
         files: Vec<InputFile>,
         meta: Option<MetaTable>,
     ) -> Result<AppendReceipt> {
-        if self.sealed {
+        if self.sealed.is_some() {
             return Err(StoreError::Sealed(self.id.clone()));
         }
         let seq = self.append_seq + 1;
@@ -325,6 +371,7 @@ impl LiveArchive {
         self.blob_end = engine.blob_end();
         self.engine = Some(engine);
         if self.apply_rows(seq, rows) {
+            self.dead = true;
             self.engine = Some(self.fresh_engine()?);
         }
         self.append_seq = seq;
@@ -348,6 +395,39 @@ impl LiveArchive {
             snapshot_id,
             blob_end: self.blob_end,
         })
+    }
+
+    /// What sealing needs: the live files batch by batch in append order, the
+    /// metadata, and whether the sidecar already has the one-shot layout.
+    pub(crate) fn seal_plan(&self, sealed_dir: PathBuf) -> SealPlan {
+        let mut files: Vec<(&String, &LiveFile)> = self.live.iter().collect();
+        files.sort_by_key(|(_, f)| (f.append_seq, f.rows.first().map_or(0, |r| r.chunk_seq)));
+        let mut batches: Vec<Vec<SliceRow>> = Vec::new();
+        let mut last = None;
+        for (_, f) in files {
+            if last != Some(f.append_seq) {
+                batches.push(Vec::new());
+                last = Some(f.append_seq);
+            }
+            if let Some(b) = batches.last_mut() {
+                b.extend(f.rows.iter().cloned());
+            }
+        }
+        for b in &mut batches {
+            b.sort_by_key(|r| r.chunk_seq);
+        }
+        SealPlan {
+            id: self.id.clone(),
+            props: self.props,
+            blob_end: self.blob_end,
+            batches,
+            meta: self.meta.clone(),
+            in_place: !self.dead,
+            sidecar: Arc::clone(&self.sidecar),
+            sidecar_path: self.sidecar_path.clone(),
+            sealed_dir,
+            already: self.sealed.clone(),
+        }
     }
 
     /// Folds committed rows into the lookup; returns whether a path was replaced.
@@ -431,7 +511,7 @@ impl LiveArchive {
 
     /// Deletes `path` with a tombstone row, as one commit.
     pub(crate) async fn delete(&mut self, catalog: &RedbCatalog, path: &str) -> Result<i64> {
-        if self.sealed {
+        if self.sealed.is_some() {
             return Err(StoreError::Sealed(self.id.clone()));
         }
         if !self.live.contains_key(path) {
@@ -462,6 +542,7 @@ impl LiveArchive {
         ]);
         let snapshot_id = commit_files(catalog, &files, data, props).await?;
         self.live.remove(path);
+        self.dead = true;
         self.engine = Some(self.fresh_engine()?);
         self.append_seq = seq;
         self.snapshot_id = Some(snapshot_id);

@@ -23,7 +23,7 @@
 mod archive;
 pub mod catalog;
 mod error;
-mod sidecar;
+pub mod sidecar;
 pub mod tables;
 
 use std::collections::HashMap;
@@ -33,12 +33,13 @@ use std::sync::Arc;
 
 use iceberg::spec::SortOrder;
 use iceberg::{Catalog, ErrorKind, NamespaceIdent, TableCreation};
-use tokio::sync::Mutex;
+use tokio::sync::{Mutex, OwnedMutexGuard};
 use znippy_format::{ArchiveProps, Entry, InputFile, MetaSearch, MetaTable, Metadata};
 
-pub use archive::{AppendReceipt, LiveArchive, LiveFile};
+pub use archive::{AppendReceipt, LiveArchive, LiveFile, SealPlan};
 pub use catalog::RedbCatalog;
 pub use error::{Result, StoreError};
+pub use sidecar::Sidecar;
 
 /// Root namespace of all archives.
 pub const ROOT_NAMESPACE: &str = "znippy";
@@ -48,6 +49,8 @@ const P_PACK: &str = "znippy.pack_threshold";
 const P_LEVEL: &str = "znippy.level";
 const P_META: &str = "znippy.has_meta";
 const P_STATE: &str = "znippy.state";
+const P_SEALED_PATH: &str = "znippy.sealed_path";
+const P_SEALED_LEN: &str = "znippy.sealed_len";
 
 /// How to create an archive.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -93,7 +96,16 @@ pub struct ArchiveInfo {
 pub(crate) struct NsProps {
     pub archive: ArchiveProps,
     pub with_meta: bool,
-    pub sealed: bool,
+    pub sealed: Option<SealedFile>,
+}
+
+/// Where a sealed archive's `.znippy` is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SealedFile {
+    /// Its path.
+    pub path: PathBuf,
+    /// Its length.
+    pub len: u64,
 }
 
 pub(crate) async fn namespace_props(catalog: &RedbCatalog, ns: &NamespaceIdent) -> Result<NsProps> {
@@ -115,7 +127,15 @@ pub(crate) async fn namespace_props(catalog: &RedbCatalog, ns: &NamespaceIdent) 
     Ok(NsProps {
         archive,
         with_meta: p.get(P_META).is_some_and(|v| v == "true"),
-        sealed: p.get(P_STATE).is_some_and(|v| v == "sealed"),
+        sealed: match p.get(P_STATE).map(String::as_str) {
+            Some("sealed") => Some(SealedFile {
+                path: p.get(P_SEALED_PATH).map(PathBuf::from).ok_or_else(|| {
+                    StoreError::Corrupt(format!("sealed without {P_SEALED_PATH}"))
+                })?,
+                len: num(P_SEALED_LEN)?,
+            }),
+            _ => None,
+        },
     })
 }
 
@@ -267,7 +287,11 @@ impl Store {
         let a = a.lock().await;
         Ok(ArchiveInfo {
             id: id.to_string(),
-            state: if a.sealed { State::Sealed } else { State::Live },
+            state: if a.sealed.is_some() {
+                State::Sealed
+            } else {
+                State::Live
+            },
             props: a.props,
             with_meta: matches!(a.meta, Metadata::Present(_)),
             files: a.live.len() as u64,
@@ -353,6 +377,39 @@ impl Store {
     /// Metadata rows by exact key.
     pub async fn meta_by_key(&self, id: &str, key: &str) -> Result<MetaSearch> {
         Ok(self.metadata(id).await?.by_key(key))
+    }
+
+    /// Locks the archive for sealing and returns what a seal needs. Holding the
+    /// guard keeps appends and deletes out until [`Store::finish_seal`].
+    pub async fn begin_seal(&self, id: &str) -> Result<(OwnedMutexGuard<LiveArchive>, SealPlan)> {
+        let a = self.archive(id).await?;
+        let guard = a.lock_owned().await;
+        let plan = guard.seal_plan(self.dir.join("sealed"));
+        Ok((guard, plan))
+    }
+
+    /// Records that the archive is sealed in `file` (made durable by the caller).
+    /// From now on reads go to the sealed file and changes are refused.
+    pub async fn finish_seal(
+        &self,
+        mut guard: OwnedMutexGuard<LiveArchive>,
+        file: SealedFile,
+    ) -> Result<()> {
+        let ns = Self::ns(&guard.id);
+        let mut p = self.catalog.get_namespace(&ns).await?.properties().clone();
+        p.insert(P_STATE.into(), "sealed".into());
+        p.insert(
+            P_SEALED_PATH.into(),
+            file.path.to_string_lossy().into_owned(),
+        );
+        p.insert(P_SEALED_LEN.into(), file.len.to_string());
+        self.catalog.update_namespace(&ns, p).await?;
+        if file.path != guard.sidecar_path {
+            // The blobs now live in the sealed file; the sidecar is dead weight.
+            let _ = std::fs::remove_file(&guard.sidecar_path);
+        }
+        guard.sealed = Some(file);
+        Ok(())
     }
 
     /// Metadata rows by key prefix.

@@ -46,6 +46,13 @@ impl Sidecar {
         Ok(Sidecar { file })
     }
 
+    /// Opens a sealed archive's sidecar as it is.
+    pub fn open_existing(path: &Path) -> Result<Self> {
+        let file = File::open(path)
+            .map_err(|e| StoreError::io(format!("opening {}", path.display()), e))?;
+        Ok(Sidecar { file })
+    }
+
     /// A writer that appends at `offset` (the current blob end).
     pub fn writer_at(&self, offset: u64) -> SidecarWriter<'_> {
         SidecarWriter {

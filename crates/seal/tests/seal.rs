@@ -1,0 +1,234 @@
+//! Seal: byte identity with a one-shot compress (in place and by copy), the
+//! ordinary reader on the result, immutability, and a crash in the middle.
+
+use std::path::Path;
+
+use sha2::{Digest, Sha256};
+use znippy_format::{compress, Archive, ArchiveProps, InputFile, MetaTable, MetaValue, Metadata};
+use znippy_seal::seal;
+use znippy_store::{CreateOptions, State, Store, StoreError};
+
+fn props() -> ArchiveProps {
+    ArchiveProps {
+        chunk_size: 64 << 10,
+        pack_threshold: 16 << 10,
+        level: 3,
+    }
+}
+
+fn bytes(seed: u64, len: usize) -> Vec<u8> {
+    let mut x = seed | 1;
+    (0..len)
+        .map(|i| {
+            x = x
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            if i % 3 == 0 {
+                b'a' + (x >> 61) as u8
+            } else {
+                (x >> 33) as u8
+            }
+        })
+        .collect()
+}
+
+type Batch = Vec<(&'static str, Vec<u8>)>;
+
+fn inputs(b: &Batch) -> Vec<InputFile> {
+    b.iter()
+        .map(|(p, d)| InputFile::from_bytes(*p, d.clone(), Some(0o644)))
+        .collect()
+}
+
+fn one_shot(batches: &[Batch], meta: &Metadata) -> Vec<u8> {
+    let mut out = Vec::new();
+    let b: Vec<Vec<_>> = batches
+        .iter()
+        .map(|b| inputs(b).into_iter().map(Ok).collect())
+        .collect();
+    compress(&mut out, b, props(), 2, meta, &mut |_| {}).unwrap();
+    out
+}
+
+fn sha(p: &Path) -> Vec<u8> {
+    Sha256::digest(std::fs::read(p).unwrap()).to_vec()
+}
+
+fn batch_a() -> Batch {
+    vec![
+        ("big1", bytes(1, 200_000)),
+        ("big2", bytes(2, 150_000)),
+        ("small/x", bytes(3, 3000)),
+        ("small/y", bytes(4, 5000)),
+        ("same", bytes(3, 3000)),
+    ]
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn in_place_seal_equals_one_shot_compress() {
+    let tmp = tempfile::tempdir().unwrap();
+    let b: Batch = vec![
+        ("c/new", bytes(5, 90_000)),
+        ("dup-of-big1", bytes(1, 200_000)),
+    ];
+    let mut meta = MetaTable::new();
+    meta.set(Some("big1"), "lic", MetaValue::infer("MIT"))
+        .unwrap();
+    {
+        let store = Store::open(tmp.path(), 2).await.unwrap();
+        store
+            .create(
+                "a",
+                CreateOptions {
+                    props: props(),
+                    with_meta: false,
+                },
+            )
+            .await
+            .unwrap();
+        store
+            .append("a", inputs(&batch_a()), Some(meta.clone()))
+            .await
+            .unwrap();
+    }
+    let store = Store::open(tmp.path(), 2).await.unwrap();
+    store.append("a", inputs(&b), None).await.unwrap();
+    let r = seal(&store, "a").await.unwrap();
+    assert!(r.in_place);
+    assert_eq!(r.bytes_copied, 0);
+    let expected = one_shot(&[batch_a(), b.clone()], &Metadata::Present(meta));
+    assert_eq!(
+        sha(&r.path),
+        Sha256::digest(&expected).to_vec(),
+        "byte-identical"
+    );
+    let a = Archive::open(std::fs::File::open(&r.path).unwrap()).unwrap();
+    assert_eq!(a.verify(2).unwrap(), a.row_count());
+    let mut got = Vec::new();
+    a.read_file("dup-of-big1", &mut got).unwrap();
+    assert_eq!(got, bytes(1, 200_000));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn copy_seal_after_replace_and_delete_equals_one_shot_of_the_live_files() {
+    let tmp = tempfile::tempdir().unwrap();
+    let store = Store::open(tmp.path(), 2).await.unwrap();
+    store
+        .create(
+            "a",
+            CreateOptions {
+                props: props(),
+                with_meta: false,
+            },
+        )
+        .await
+        .unwrap();
+    store.append("a", inputs(&batch_a()), None).await.unwrap();
+    let b: Batch = vec![("big1", bytes(9, 120_000)), ("z", bytes(8, 70_000))];
+    store.append("a", inputs(&b), None).await.unwrap();
+    store.delete_file("a", "big2").await.unwrap();
+    let r = seal(&store, "a").await.unwrap();
+    assert!(!r.in_place, "dead blobs force a copy");
+    let live_a: Batch = batch_a()
+        .into_iter()
+        .filter(|(p, _)| *p != "big1" && *p != "big2")
+        .collect();
+    let expected = one_shot(&[live_a, b], &Metadata::Absent);
+    assert_eq!(
+        sha(&r.path),
+        Sha256::digest(&expected).to_vec(),
+        "byte-identical"
+    );
+    assert!(
+        !tmp.path().join("blobs/a.znippy").exists(),
+        "the old sidecar is gone"
+    );
+    let mut got = Vec::new();
+    store.read_file("a", "big1", &mut got).await.unwrap();
+    assert_eq!(
+        got,
+        bytes(9, 120_000),
+        "reads now come from the sealed file"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sealed_archive_is_immutable_and_sealing_again_is_the_same() {
+    let tmp = tempfile::tempdir().unwrap();
+    let store = Store::open(tmp.path(), 2).await.unwrap();
+    for (id, with_meta) in [("none", false), ("empty", true)] {
+        store
+            .create(
+                id,
+                CreateOptions {
+                    props: props(),
+                    with_meta,
+                },
+            )
+            .await
+            .unwrap();
+        store.append(id, inputs(&batch_a()), None).await.unwrap();
+        let first = seal(&store, id).await.unwrap();
+        assert_eq!(
+            seal(&store, id).await.unwrap(),
+            first,
+            "a second seal returns the same result"
+        );
+        assert!(matches!(
+            store.append(id, inputs(&batch_a()), None).await,
+            Err(StoreError::Sealed(_))
+        ));
+        assert!(matches!(
+            store.delete_file(id, "big1").await,
+            Err(StoreError::Sealed(_))
+        ));
+        assert_eq!(store.info(id).await.unwrap().state, State::Sealed);
+        let a = Archive::open(std::fs::File::open(&first.path).unwrap()).unwrap();
+        let md = a.metadata().unwrap();
+        match with_meta {
+            false => assert_eq!(md, Metadata::Absent, "no metadata stays no metadata"),
+            true => assert_eq!(md, Metadata::Present(MetaTable::new()), "empty stays empty"),
+        }
+    }
+    drop(store);
+    let store = Store::open(tmp.path(), 2).await.unwrap();
+    assert_eq!(
+        store.info("none").await.unwrap().state,
+        State::Sealed,
+        "sealed survives a restart"
+    );
+    let mut got = Vec::new();
+    store.read_file("none", "small/y", &mut got).await.unwrap();
+    assert_eq!(got, bytes(4, 5000));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_seal_cut_short_is_redone_with_the_same_bytes() {
+    let tmp = tempfile::tempdir().unwrap();
+    let expected = one_shot(&[batch_a()], &Metadata::Absent);
+    {
+        let store = Store::open(tmp.path(), 2).await.unwrap();
+        store
+            .create(
+                "a",
+                CreateOptions {
+                    props: props(),
+                    with_meta: false,
+                },
+            )
+            .await
+            .unwrap();
+        store.append("a", inputs(&batch_a()), None).await.unwrap();
+    }
+    // What a crash halfway through writing the tail leaves: half a tail after
+    // the committed blobs, and the catalog still saying "live".
+    let sidecar = tmp.path().join("blobs/a.znippy");
+    let blob_end = std::fs::metadata(&sidecar).unwrap().len() as usize;
+    let mut partial = std::fs::read(&sidecar).unwrap();
+    partial.extend_from_slice(&expected[blob_end..blob_end + (expected.len() - blob_end) / 2]);
+    std::fs::write(&sidecar, partial).unwrap();
+    let store = Store::open(tmp.path(), 2).await.unwrap();
+    assert_eq!(store.info("a").await.unwrap().state, State::Live);
+    let r = seal(&store, "a").await.unwrap();
+    assert_eq!(std::fs::read(&r.path).unwrap(), expected);
+}

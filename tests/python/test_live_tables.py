@@ -1,0 +1,182 @@
+"""Live archives: the Iceberg tables `files` and `meta`, read by DuckDB's iceberg
+extension and by pyiceberg (no znippy code), must agree with `znippy live` after
+appends, a replacement and a delete.
+
+Run: ZNIPPY_BIN=target/debug/znippy python -m pytest -q tests/python
+"""
+
+import importlib.util
+import os
+import random
+import re
+import subprocess
+from pathlib import Path
+
+import duckdb
+import pytest
+from pyiceberg.table import StaticTable
+
+REPO = Path(__file__).resolve().parents[2]
+ZNIPPY = os.environ.get("ZNIPPY_BIN", str(REPO / "target" / "debug" / "znippy"))
+ID = "t1"
+
+# One row per live path with its size: per path, the rows of the latest append
+# win; a path whose latest append is a tombstone is deleted.
+LIVE_FILES_SQL = """
+SELECT relative_path, sum(uncompressed_size)::BIGINT AS size
+FROM (
+    SELECT * FROM iceberg_scan('{files}')
+    QUALIFY append_seq = max(append_seq) OVER (PARTITION BY relative_path)
+)
+GROUP BY relative_path
+HAVING NOT bool_or(tombstone)
+ORDER BY relative_path
+"""
+
+# The current metadata: per (key, path) the latest append wins, tombstones
+# excluded; relative_path NULL is about the archive itself.
+LIVE_META_SQL = """
+SELECT relative_path, key, value_type, v_str, v_i64, v_f64, v_bool, v_bytes
+FROM iceberg_scan('{meta}')
+QUALIFY append_seq = max(append_seq) OVER (PARTITION BY key, relative_path)
+    AND NOT tombstone
+ORDER BY key, relative_path NULLS FIRST
+"""
+
+BIG = "data/big.bin"
+BATCH1 = {
+    "a.txt": b"hello\n",
+    "gone.txt": b"to be removed\n",
+    "empty": b"",
+    "docs/read me.txt": "héllo wörld\n".encode(),
+    BIG: random.Random(7).randbytes(5 * 1024 * 1024 + 123),  # > 2 MiB: slices
+}
+META1 = ["a.txt=lic=MIT", f"{BIG}=stars=42", "gone.txt=ratio=1.5", "empty=ok=true"]
+BATCH2 = {"a.txt": b"replaced, and longer\n", "new/c.txt": b"c" * 1000}
+META2 = ["a.txt=lic=GPL", "new/c.txt=lic=BSD"]
+TYPE_NAMES = {0: "str", 1: "i64", 2: "f64", 3: "bool"}
+
+
+def znippy(store, *args, ok=(0,)):
+    r = subprocess.run([ZNIPPY, "live", "--data", str(store), *args],
+                       capture_output=True, text=True)
+    assert r.returncode in ok, r.stderr
+    return r
+
+
+def append(store, src, files, meta, archive_meta=()):
+    """Writes `files` under the new directory `src` and appends them as one
+    batch; returns the printed (append_seq, blob_end)."""
+    for rel, data in files.items():
+        (src / rel).parent.mkdir(parents=True, exist_ok=True)
+        (src / rel).write_bytes(data)
+    args = [f"--meta={m}" for m in meta] + [f"--meta-archive={m}" for m in archive_meta]
+    out = znippy(store, "append", ID, str(src), *args).stdout
+    m = re.search(r"append (\d+) snapshot \d+ blob_end (\d+)", out)
+    assert m, out
+    return int(m[1]), int(m[2])
+
+
+def cli_ls(store):
+    lines = znippy(store, "ls", ID).stdout.splitlines()
+    return {p: int(s) for s, p in (l.lstrip().split(" ", 1) for l in lines)}
+
+
+def cli_meta(store, keys):
+    rows = set()
+    for key in keys:
+        r = znippy(store, "meta", ID, key, ok=(0, 1))
+        rows |= {tuple(l.split("\t")) for l in r.stdout.splitlines()}
+    return rows
+
+
+def table_dir(store, name):
+    return store / "warehouse" / "znippy" / ID / name
+
+
+def current_table(store, name):
+    md = table_dir(store, name) / "metadata"
+    stem = (md / "version-hint.text").read_text().strip()
+    return StaticTable.from_metadata(str(md / f"{stem}.metadata.json"))
+
+
+def pyiceberg_live(store):
+    """Latest-wins over the `files` rows, in plain Python."""
+    rows = current_table(store, "files").scan().to_arrow().to_pylist()
+    latest = {}
+    for r in rows:
+        latest[r["relative_path"]] = max(latest.get(r["relative_path"], -1), r["append_seq"])
+    size, dead = {}, set()
+    for r in rows:
+        p = r["relative_path"]
+        if r["append_seq"] == latest[p]:
+            size[p] = size.get(p, 0) + r["uncompressed_size"]
+            if r["tombstone"]:
+                dead.add(p)
+    return {p: s for p, s in size.items() if p not in dead}
+
+
+def duckdb_live(con, store):
+    sql = LIVE_FILES_SQL.format(files=table_dir(store, "files"))
+    return dict(con.execute(sql).fetchall())
+
+
+def duckdb_meta(con, store):
+    rows = set()
+    sql = LIVE_META_SQL.format(meta=table_dir(store, "meta"))
+    for path, key, vt, *values in con.execute(sql).fetchall():
+        value = values[vt]
+        text = str(value).lower() if vt == 3 else str(value)
+        rows.add((path or "-", key, TYPE_NAMES[vt], text))
+    return rows
+
+
+@pytest.fixture(scope="module")
+def con():
+    spec = importlib.util.find_spec("duckdb_ext")  # namespace package of the wheels
+    ext_dir = Path(list(spec.submodule_search_locations)[0]) / "extensions"
+    con = duckdb.connect(config={
+        "extension_directory": str(ext_dir),
+        "autoinstall_known_extensions": False,
+        "autoload_known_extensions": False,
+    })
+    for ext in ("parquet", "avro", "httpfs", "iceberg"):
+        con.execute(f"LOAD {ext}")
+    return con
+
+
+def check_readers(con, store):
+    live = cli_ls(store)
+    assert duckdb_live(con, store) == live
+    assert pyiceberg_live(store) == live
+    meta = duckdb_meta(con, store)
+    assert meta and meta == cli_meta(store, {k for _, k, _, _ in meta} | {"nokey"})
+    return live, meta
+
+
+def test_live_tables(con, tmp_path):
+    store = tmp_path / "store"
+    znippy(store, "create", ID, "--with-meta")
+
+    seq, end = append(store, tmp_path / "b1", BATCH1, META1, ["owner=team"])
+    live, meta = check_readers(con, store)
+    assert live == {p: len(d) for p, d in BATCH1.items()}
+    slices = con.execute(f"SELECT count(*) FROM iceberg_scan('{table_dir(store, 'files')}') "
+                         "WHERE relative_path = ?", [BIG]).fetchone()[0]
+    assert slices > 1  # the sizes above are sums over slices
+    assert ("-", "owner", "str", "team") in meta
+    assert ("gone.txt", "ratio", "f64", "1.5") in meta
+
+    seq, end = append(store, tmp_path / "b2", BATCH2, META2)
+    summary = current_table(store, "files").current_snapshot().summary
+    assert (summary["znippy.blob-end"], summary["znippy.append-seq"]) == (str(end), str(seq))
+
+    znippy(store, "rm", ID, "gone.txt")
+    live, meta = check_readers(con, store)  # the same connection sees the new snapshots
+    assert "gone.txt" not in live and live["new/c.txt"] == 1000
+    assert live["a.txt"] == len(BATCH2["a.txt"])
+    assert ("a.txt", "lic", "str", "GPL") in meta
+
+    # The delete is a commit of its own: a new append number, the same blob end.
+    summary = current_table(store, "files").current_snapshot().summary
+    assert (summary["znippy.blob-end"], summary["znippy.append-seq"]) == (str(end), str(seq + 1))
