@@ -59,13 +59,42 @@ pub enum LiveCmd {
     Meta { id: String, key: String },
 }
 
-pub fn run(data: PathBuf, threads: usize, cmd: LiveCmd) -> Result<std::process::ExitCode> {
-    let rt = tokio::runtime::Builder::new_multi_thread()
+fn runtime() -> Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
         .build()
-        .context("starting the async runtime")?;
-    rt.block_on(async move {
+        .context("starting the async runtime")
+}
+
+/// `znippy seal`: seals, prints where the result is, its size and blake3.
+pub fn seal(data: PathBuf, id: &str, output: Option<&std::path::Path>) -> Result<()> {
+    runtime()?.block_on(async move {
+        let store = Store::open(&data, 1)
+            .await
+            .with_context(|| format!("opening the store in {}", data.display()))?;
+        let r = znippy_seal::seal(&store, id).await?;
+        let hash = znippy_seal::file_blake3(&r.path)?;
+        if let Some(out) = output {
+            std::fs::copy(&r.path, out).with_context(|| format!("copying to {}", out.display()))?;
+        }
+        let hex: String = hash.iter().map(|b| format!("{b:02x}")).collect();
+        println!(
+            "sealed {id}: {} ({} bytes, {}, blake3 {hex})",
+            r.path.display(),
+            r.size,
+            if r.in_place {
+                "tail written in place"
+            } else {
+                "live blobs copied"
+            }
+        );
+        Ok(())
+    })
+}
+
+pub fn run(data: PathBuf, threads: usize, cmd: LiveCmd) -> Result<std::process::ExitCode> {
+    runtime()?.block_on(async move {
         let store = Store::open(&data, threads)
             .await
             .with_context(|| format!("opening the store in {}", data.display()))?;

@@ -127,6 +127,17 @@ enum Cmd {
         #[command(subcommand)]
         cmd: live::LiveCmd,
     },
+    /// Seal a live archive of a data directory into an immutable .znippy.
+    Seal {
+        /// The data directory.
+        #[arg(long, default_value = "znippy-data")]
+        data: PathBuf,
+        /// The archive id.
+        id: String,
+        /// Also copy the sealed archive here.
+        #[arg(short, long)]
+        output: Option<PathBuf>,
+    },
     /// Append files to an archive; a path already present is replaced.
     Append {
         archive: PathBuf,
@@ -337,6 +348,7 @@ fn run(cmd: Cmd) -> Result<ExitCode> {
             threads: t,
             cmd,
         } => return live::run(data, threads(t), cmd),
+        Cmd::Seal { data, id, output } => live::seal(data, &id, output.as_deref())?,
         Cmd::Append {
             archive,
             inputs,
