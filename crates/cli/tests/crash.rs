@@ -142,6 +142,7 @@ async fn killed_appends_never_lose_acknowledged_data() {
     let data = tmp.path().join("data");
     let ok = bin()
         .args(["live", "--data", data.to_str().unwrap(), "create", "a"])
+        .stdout(Stdio::null())
         .status()
         .unwrap();
     assert!(ok.success());

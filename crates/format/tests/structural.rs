@@ -28,7 +28,7 @@ fn build(scale: usize) -> Vec<u8> {
     ]);
     let props = ArchiveProps {
         chunk_size: 8 << 20,
-        pack_threshold: 8 << 20,
+        pack_threshold: 4 << 20,
         level: 1,
     };
     archive_of(&files, props, &meta)

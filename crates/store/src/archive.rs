@@ -577,10 +577,27 @@ async fn commit_files(
         .add_data_files(data)
         .set_snapshot_properties(props);
     let committed = action.apply(tx)?.commit(catalog).await?;
+    expire_old_snapshots(catalog, &committed).await;
     committed
         .metadata()
         .current_snapshot_id()
         .ok_or_else(|| StoreError::Corrupt("commit left no snapshot".into()))
+}
+
+/// Snapshots kept after an expiry, and the count that triggers one: the metadata
+/// file then stays bounded however many appends an archive takes.
+const KEEP_SNAPSHOTS: usize = 16;
+const EXPIRE_AT: usize = 2 * KEEP_SNAPSHOTS;
+
+/// Drops old snapshots once there are too many. The append it follows is
+/// already committed, so a failure here only postpones the cleanup to the next
+/// commit; it is not the append's failure.
+async fn expire_old_snapshots(catalog: &RedbCatalog, table: &Table) {
+    if table.metadata().snapshots().count() > EXPIRE_AT {
+        let _ = catalog
+            .expire_snapshots(table.identifier(), KEEP_SNAPSHOTS)
+            .await;
+    }
 }
 
 async fn commit_meta(
@@ -596,7 +613,9 @@ async fn commit_meta(
         .with_check_duplicate(false)
         .add_data_files(files)
         .set_snapshot_properties(props);
-    Ok(action.apply(tx)?.commit(catalog).await?)
+    let committed = action.apply(tx)?.commit(catalog).await?;
+    expire_old_snapshots(catalog, &committed).await;
+    Ok(committed)
 }
 
 /// Commits the meta data files a `files` snapshot named but whose own commit

@@ -1,0 +1,150 @@
+//! Live-store benchmark: `cargo run --release -p znippy-benches --bin store-bench`.
+//!
+//! Prints Markdown: append throughput for large files next to `compress` of the
+//! same data, appends per second for small batches, the cost of the N-th append
+//! as N grows, and the time to open an archive against its row count. Set
+//! `BENCH_APPENDS` (default 1000) for the longest N; `BENCH_DIR` for the disk.
+
+use std::time::{Duration, Instant};
+
+use anyhow::Result;
+use znippy_format::{compress, ArchiveProps, InputFile, Metadata};
+use znippy_store::{CreateOptions, Store};
+
+fn compressible(seed: u64, len: usize) -> Vec<u8> {
+    let words: [&[u8]; 8] = [
+        b"fn ", b"let ", b"mut ", b"self", b"=> ", b"{}\n", b"0x", b"ident_",
+    ];
+    let mut x = seed | 1;
+    let mut out = Vec::with_capacity(len);
+    while out.len() < len {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        out.extend_from_slice(words[(x % 8) as usize]);
+        if x % 5 == 0 {
+            out.extend_from_slice(&x.to_le_bytes()[..3]);
+        }
+    }
+    out.truncate(len);
+    out
+}
+
+fn mb_s(bytes: u64, d: Duration) -> f64 {
+    bytes as f64 / 1e6 / d.as_secs_f64()
+}
+
+fn median(mut v: Vec<Duration>) -> Duration {
+    v.sort();
+    v[v.len() / 2]
+}
+
+#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+async fn main() -> Result<()> {
+    let base =
+        std::env::var("BENCH_DIR").unwrap_or_else(|_| std::env::temp_dir().display().to_string());
+    let tmp = tempfile::tempdir_in(base)?;
+    let threads = std::thread::available_parallelism().map_or(2, |n| n.get());
+    let max_n: u64 = std::env::var("BENCH_APPENDS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1000);
+    println!("## Live store (threads = {threads})\n");
+
+    // Large files: one append of 8 x 64 MiB vs compress of the same bytes.
+    let files: Vec<Vec<u8>> = (0..8).map(|i| compressible(i, 64 << 20)).collect();
+    let total: u64 = files.iter().map(|f| f.len() as u64).sum();
+    let inputs = || -> Vec<InputFile> {
+        files
+            .iter()
+            .enumerate()
+            .map(|(i, f)| InputFile::from_bytes(format!("big/{i}"), f.clone(), Some(0o644)))
+            .collect()
+    };
+    let out_path = tmp.path().join("c.znippy");
+    let t = Instant::now();
+    let mut out = std::io::BufWriter::new(std::fs::File::create(&out_path)?);
+    let batch: Vec<_> = inputs().into_iter().map(Ok).collect();
+    compress(
+        &mut out,
+        [batch],
+        ArchiveProps::default(),
+        threads,
+        &Metadata::Absent,
+        &mut |_| {},
+    )?;
+    drop(out);
+    let compress_time = t.elapsed();
+    let mut store = Store::open(&tmp.path().join("data"), threads).await?;
+    store.create("big", CreateOptions::default()).await?;
+    let t = Instant::now();
+    store.append("big", inputs(), None).await?;
+    let append_time = t.elapsed();
+    println!("| large files, {} MiB in one append | MB/s |", total >> 20);
+    println!("|---|---|");
+    println!(
+        "| `compress` (format crate, in memory input) | {:.0} |",
+        mb_s(total, compress_time)
+    );
+    println!(
+        "| store `append` (blobs fsynced + Iceberg commit) | {:.0} |",
+        mb_s(total, append_time)
+    );
+    println!(
+        "| ratio append / compress | {:.2} |\n",
+        compress_time.as_secs_f64() / append_time.as_secs_f64()
+    );
+
+    // Small batches: appends per second and the N-th append's cost.
+    store.create("small", CreateOptions::default()).await?;
+    let small = |n: u64| -> Vec<InputFile> {
+        (0..10)
+            .map(|k| {
+                InputFile::from_bytes(
+                    format!("a{n:06}/f{k}"),
+                    compressible(n * 10 + k, 1024),
+                    Some(0o644),
+                )
+            })
+            .collect()
+    };
+    let mut marks = vec![1u64, 10, 100, 1000, 10_000];
+    marks.retain(|m| *m <= max_n);
+    println!("| appends so far (N) | N-th append (10 x 1 KiB), median of 5 | appends/s up to N | restart: open + first read |");
+    println!("|---|---|---|---|");
+    let mut n = 0u64;
+    for &mark in &marks {
+        let t = Instant::now();
+        let start_n = n;
+        while n + 5 < mark {
+            store.append("small", small(n), None).await?;
+            n += 1;
+        }
+        let rate = (n - start_n) as f64 / t.elapsed().as_secs_f64().max(1e-9);
+        let mut costs = Vec::new();
+        for _ in 0..5 {
+            let t = Instant::now();
+            store.append("small", small(n), None).await?;
+            costs.push(t.elapsed());
+            n += 1;
+        }
+        // Restart: open the store afresh, load the archive, read one file.
+        drop(store);
+        let t = Instant::now();
+        store = Store::open(&tmp.path().join("data"), threads).await?;
+        let mut sink = Vec::new();
+        store.read_file("small", "a000000/f0", &mut sink).await?;
+        let open_time = t.elapsed();
+        println!(
+            "| {n} | {:.1} ms | {} | {:.0} ms |",
+            median(costs).as_secs_f64() * 1e3,
+            if n - start_n > 5 {
+                format!("{rate:.1}")
+            } else {
+                "-".into()
+            },
+            open_time.as_secs_f64() * 1e3
+        );
+    }
+    Ok(())
+}
