@@ -68,7 +68,10 @@ impl BlobRegion {
         scratch.blob.resize(row.blob_size as usize, 0);
         read_at(src, &mut scratch.blob, row.blob_offset, "blob")?;
         let bytes = if row.compressed {
+            // Decode only as far as this slice reaches, into one allocation of
+            // exactly that size (growing by doubling would copy).
             scratch.decoded.clear();
+            scratch.decoded.reserve_exact(end);
             let mut dec = zstd::stream::read::Decoder::with_buffer(&scratch.blob[..])
                 .map_err(|e| Error::io("starting zstd", e))?;
             let got = (&mut dec)

@@ -367,11 +367,7 @@ impl Producer<'_> {
             if n <= threshold {
                 self.add_small(&file.path, file.mode, &small)?;
             } else {
-                self.add_large(&file.path, file.mode, &small, &mut reader, progress)
-                    .map_err(|e| match e {
-                        Error::Io { source, .. } => Error::io(what(), source),
-                        e => e,
-                    })?;
+                self.add_large(&file.path, file.mode, &small, &mut reader, progress)?;
             }
         }
         self.close_pack()
@@ -502,7 +498,8 @@ impl Producer<'_> {
         let mut offset = 0u64;
         loop {
             let want = chunk - bufs.0.len();
-            let n = read_up_to(reader, &mut bufs.0, want).map_err(|e| Error::io("", e))?;
+            let n = read_up_to(reader, &mut bufs.0, want)
+                .map_err(|e| Error::io(format!("reading {path}"), e))?;
             progress(n as u64);
             self.stats.bytes_in += n as u64;
             if bufs.0.is_empty() {

@@ -4,7 +4,7 @@
 //! The reader parses the IPC footer itself (with the flatbuffer verifier) instead
 //! of using arrow's `FileReader`, so that every buffer it allocates is bounded by
 //! the section length that the manifest gave, and so that a request for row `r`
-//! reads only the footer and the batch `r / BATCH_ROWS`.
+//! reads only the footer and the batch that holds it.
 
 use std::collections::HashMap;
 
@@ -18,7 +18,7 @@ use arrow_schema::{DataType, SchemaRef};
 
 use crate::error::{Error, Result};
 use crate::io::ReadAt;
-use crate::schema::{check_version, BATCH_ROWS};
+use crate::schema::{check_version, BATCH_ROWS, BATCH_ROWS_KEY};
 
 /// How a section's Arrow buffers are stored.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -30,9 +30,15 @@ pub(crate) enum Body {
     Zstd,
 }
 
-/// Encodes `batch` as an Arrow IPC file with record batches of at most
-/// [`BATCH_ROWS`] rows. The schema (with its metadata) is `schema`.
-pub(crate) fn encode(schema: &SchemaRef, batch: &RecordBatch, body: Body) -> Result<Vec<u8>> {
+/// Encodes `batch` as an Arrow IPC file with record batches of `batch_rows` rows
+/// (the last may hold fewer), recorded in the schema metadata under
+/// [`BATCH_ROWS_KEY`] next to the metadata of `schema`.
+pub(crate) fn encode(
+    schema: &SchemaRef,
+    batch: &RecordBatch,
+    body: Body,
+    batch_rows: usize,
+) -> Result<Vec<u8>> {
     let arrow = |e| Error::corrupt(format!("arrow encode: {e}"));
     let compression = match body {
         Body::Plain => None,
@@ -41,11 +47,14 @@ pub(crate) fn encode(schema: &SchemaRef, batch: &RecordBatch, body: Body) -> Res
     let options = IpcWriteOptions::default()
         .try_with_compression(compression)
         .map_err(arrow)?;
+    let mut md = schema.metadata().clone();
+    md.insert(BATCH_ROWS_KEY.into(), batch_rows.to_string());
+    let schema = schema.as_ref().clone().with_metadata(md);
     let mut out = Vec::new();
-    let mut w = FileWriter::try_new_with_options(&mut out, schema, options).map_err(arrow)?;
+    let mut w = FileWriter::try_new_with_options(&mut out, &schema, options).map_err(arrow)?;
     let mut start = 0;
     while start < batch.num_rows() {
-        let n = BATCH_ROWS.min(batch.num_rows() - start);
+        let n = batch_rows.min(batch.num_rows() - start);
         w.write(&batch.slice(start, n)).map_err(arrow)?;
         start += n;
     }
@@ -60,6 +69,7 @@ pub(crate) struct IpcSection {
     name: &'static str,
     offset: u64,
     rows: Option<u64>,
+    batch_rows: u64,
     blocks: Vec<Block>,
     version: MetadataVersion,
     schema: SchemaRef,
@@ -117,6 +127,14 @@ impl IpcSection {
             return Err(bad(format!("columns {names:?}, expected {expected:?}")));
         }
 
+        let batch_rows = match metadata.get(BATCH_ROWS_KEY) {
+            None => BATCH_ROWS as u64,
+            Some(v) => v
+                .parse::<u64>()
+                .ok()
+                .filter(|n| (1..=BATCH_ROWS as u64).contains(n))
+                .ok_or_else(|| bad(format!("{BATCH_ROWS_KEY} = {v:?}")))?,
+        };
         let data_end = len - 10 - footer_len;
         let blocks: Vec<Block> = footer
             .recordBatches()
@@ -124,7 +142,7 @@ impl IpcSection {
             .flatten()
             .copied()
             .collect();
-        let expected_blocks = rows.map(|r| r.div_ceil(BATCH_ROWS as u64));
+        let expected_blocks = rows.map(|r| r.div_ceil(batch_rows));
         if expected_blocks.is_some_and(|n| n != blocks.len() as u64) {
             return Err(bad(format!(
                 "{} record batches for {} rows",
@@ -146,6 +164,7 @@ impl IpcSection {
             name,
             offset,
             rows,
+            batch_rows,
             blocks,
             version: footer.version(),
             schema,
@@ -157,6 +176,11 @@ impl IpcSection {
     /// The section's schema metadata.
     pub(crate) fn metadata(&self) -> &HashMap<String, String> {
         &self.metadata
+    }
+
+    /// Rows in every batch but the last.
+    pub(crate) fn batch_rows(&self) -> u64 {
+        self.batch_rows
     }
 
     /// Number of record batches.
@@ -190,8 +214,8 @@ impl IpcSection {
             .ok_or_else(|| Error::corrupt(format!("{}: batch {i} is empty", self.name)))?;
         let n = decoded.num_rows() as u64;
         let ok = match self.rows {
-            Some(rows) => n == (rows - (i * BATCH_ROWS) as u64).min(BATCH_ROWS as u64),
-            None => n <= BATCH_ROWS as u64,
+            Some(rows) => n == (rows - i as u64 * self.batch_rows).min(self.batch_rows),
+            None => n <= self.batch_rows,
         };
         if !ok {
             return Err(Error::corrupt(format!(

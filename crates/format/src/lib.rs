@@ -68,8 +68,8 @@ pub use reader::{Archive, Entry, TrieState};
 pub use row::{check_file_rows, SliceRow};
 pub use scan::{scan_dir, ScannedFile};
 pub use schema::{
-    base_schema, manifest_schema, meta_schema, BATCH_ROWS, FORMAT_VERSION, LOOKUP, META, RESERVED,
-    RESERVED_PKG_TYPE, TRIE, VERSION_KEY,
+    base_schema, manifest_schema, meta_schema, BATCH_ROWS, BATCH_ROWS_KEY, FORMAT_VERSION, LOOKUP,
+    LOOKUP_BATCH_ROWS, META, RESERVED, RESERVED_PKG_TYPE, TRIE, VERSION_KEY,
 };
 pub use tail::{write_tail, Tail, TailInfo, ALIGN, FOOTER_LEN, MAGIC};
 pub use writer::{append, compress, merge_batch, MetaUpdate, Summary};

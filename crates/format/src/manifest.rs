@@ -11,7 +11,7 @@ use arrow_array::{ArrayRef, RecordBatch};
 
 use crate::error::{Error, Result};
 use crate::ipc::{self, IpcSection};
-use crate::schema::{manifest_schema, RESERVED, RESERVED_PKG_TYPE};
+use crate::schema::{manifest_schema, BATCH_ROWS, RESERVED, RESERVED_PKG_TYPE};
 
 /// Schema-metadata key recording the end of the blob region.
 pub(crate) const KEY_BLOB_END: &str = "znippy.blob_end";
@@ -82,7 +82,7 @@ pub(crate) fn encode(sections: &[SectionEntry], md: HashMap<String, String>) -> 
     ];
     let batch = RecordBatch::try_new(schema.clone(), cols)
         .map_err(|e| Error::corrupt(format!("manifest: {e}")))?;
-    ipc::encode(&schema, &batch, ipc::Body::Plain)
+    ipc::encode(&schema, &batch, ipc::Body::Plain, BATCH_ROWS)
 }
 
 /// Decodes a manifest held in memory; returns its rows and schema metadata.

@@ -26,8 +26,8 @@ use crate::meta::{MetaTable, Metadata};
 use crate::props::ArchiveProps;
 use crate::row::{check_file_rows, RowBatch, SliceRow};
 use crate::schema::{
-    base_schema, meta_schema, BATCH_ROWS, DEFAULT_MODULE, DEFAULT_PKG_TYPE, DEFAULT_REPO, LOOKUP,
-    META, RESERVED_PKG_TYPE, TRIE,
+    base_schema, meta_schema, DEFAULT_MODULE, DEFAULT_PKG_TYPE, DEFAULT_REPO, LOOKUP, META,
+    RESERVED_PKG_TYPE, TRIE,
 };
 use crate::tail::{write_tail, Tail, ALIGN, FOOTER_LEN, MAGIC};
 use crate::trie::Trie;
@@ -260,13 +260,15 @@ impl<R: ReadAt> Archive<R> {
     }
 
     fn lookup_path(&self, row: u64) -> Result<&str> {
-        let b = self.lookup_batch((row / BATCH_ROWS as u64) as usize)?;
-        Ok(b.path((row % BATCH_ROWS as u64) as usize))
+        let n = self.lookup.batch_rows();
+        let b = self.lookup_batch((row / n) as usize)?;
+        Ok(b.path((row % n) as usize))
     }
 
     fn lookup_row(&self, row: u64) -> Result<SliceRow> {
-        let b = self.lookup_batch((row / BATCH_ROWS as u64) as usize)?;
-        Ok(b.row((row % BATCH_ROWS as u64) as usize))
+        let n = self.lookup.batch_rows();
+        let b = self.lookup_batch((row / n) as usize)?;
+        Ok(b.row((row % n) as usize))
     }
 
     /// First lookup row whose path is not less than `key` (binary search).

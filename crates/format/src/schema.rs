@@ -11,9 +11,14 @@ use crate::error::{Error, Result};
 pub const FORMAT_VERSION: u32 = 1;
 /// Schema-metadata key carrying the format version in every Arrow section.
 pub const VERSION_KEY: &str = "znippy_format_version";
-/// Most rows in one Arrow record batch of any section. All batches but the last of
-/// a section hold exactly this many, so row `r` lives in batch `r / BATCH_ROWS`.
+/// Most rows in one Arrow record batch of any section (FORMAT.md).
 pub const BATCH_ROWS: usize = 65_536;
+/// Schema-metadata key giving a section's batch size: all its batches but the
+/// last hold exactly that many rows, so row `r` lives in batch `r / batch_rows`.
+pub const BATCH_ROWS_KEY: &str = "znippy.batch_rows";
+/// Batch size of the lookup. A cold `get` decodes one lookup batch, so it is kept
+/// small; the sections read whole (data, meta, manifest) use [`BATCH_ROWS`].
+pub const LOOKUP_BATCH_ROWS: usize = 1_024;
 
 /// `pkg_type` of the manifest rows of reserved sections.
 pub const RESERVED_PKG_TYPE: i8 = -128;

@@ -15,7 +15,7 @@ use crate::meta::Metadata;
 use crate::path;
 use crate::props::ArchiveProps;
 use crate::row::{self, SliceRow};
-use crate::schema::{self, base_schema, meta_schema};
+use crate::schema::{self, base_schema, meta_schema, BATCH_ROWS, LOOKUP_BATCH_ROWS};
 use crate::trie;
 
 /// Every section starts at a multiple of this.
@@ -60,6 +60,7 @@ pub fn write_tail(out: &mut dyn Write, tail: Tail<'_>) -> Result<TailInfo> {
         &base_schema(),
         &row::to_batch(tail.rows.iter())?,
         Body::Zstd,
+        BATCH_ROWS,
     )?;
     sections.push(w.section(
         schema::DEFAULT_PKG_TYPE,
@@ -77,6 +78,7 @@ pub fn write_tail(out: &mut dyn Write, tail: Tail<'_>) -> Result<TailInfo> {
         &base_schema(),
         &row::to_batch(sorted.iter().copied())?,
         Body::Plain,
+        LOOKUP_BATCH_ROWS,
     )?;
     sections.push(w.reserved(schema::LOOKUP, &lookup, sorted.len() as u64)?);
 
@@ -90,7 +92,7 @@ pub fn write_tail(out: &mut dyn Write, tail: Tail<'_>) -> Result<TailInfo> {
     sections.push(w.reserved(schema::TRIE, &trie, firsts.len() as u64)?);
 
     if let Metadata::Present(table) = tail.meta {
-        let meta = ipc::encode(&meta_schema(), &table.to_batch()?, Body::Plain)?;
+        let meta = ipc::encode(&meta_schema(), &table.to_batch()?, Body::Plain, BATCH_ROWS)?;
         sections.push(w.reserved(schema::META, &meta, table.len() as u64)?);
     }
 
