@@ -275,6 +275,33 @@ impl RedbCatalog {
     }
 }
 
+impl RedbCatalog {
+    /// Writes `key -> value` into `table` in one write transaction, if the key's
+    /// presence is what the caller expects; otherwise returns `refused`.
+    async fn put(
+        &self,
+        table: TableDefinition<'static, &'static str, &'static str>,
+        key: String,
+        value: String,
+        must_exist: bool,
+        refused: Error,
+    ) -> Result<()> {
+        let db = Arc::clone(&self.db);
+        blocking(move || {
+            let tx = db.begin_write().map_err(db_err)?;
+            {
+                let mut t = tx.open_table(table).map_err(db_err)?;
+                if t.get(key.as_str()).map_err(db_err)?.is_some() != must_exist {
+                    return Err(refused);
+                }
+                t.insert(key.as_str(), value.as_str()).map_err(db_err)?;
+            }
+            tx.commit().map_err(db_err)
+        })
+        .await
+    }
+}
+
 fn blob_end_of(metadata: &TableMetadata) -> Option<u64> {
     metadata
         .current_snapshot()?
@@ -345,25 +372,12 @@ impl Catalog for RedbCatalog {
                 ));
             }
         }
-        let key = ns_key(ns);
         let json = serde_json::to_string(&properties).map_err(db_err)?;
-        let db = Arc::clone(&self.db);
-        let name = format!("{ns:?}");
-        blocking(move || {
-            let tx = db.begin_write().map_err(db_err)?;
-            {
-                let mut t = tx.open_table(NAMESPACES).map_err(db_err)?;
-                if t.get(key.as_str()).map_err(db_err)?.is_some() {
-                    return Err(Error::new(
-                        ErrorKind::NamespaceAlreadyExists,
-                        format!("namespace {name} exists"),
-                    ));
-                }
-                t.insert(key.as_str(), json.as_str()).map_err(db_err)?;
-            }
-            tx.commit().map_err(db_err)
-        })
-        .await?;
+        let taken = Error::new(
+            ErrorKind::NamespaceAlreadyExists,
+            format!("namespace {ns:?} exists"),
+        );
+        self.put(NAMESPACES, ns_key(ns), json, false, taken).await?;
         Ok(Namespace::with_properties(ns.clone(), properties))
     }
 
@@ -386,25 +400,9 @@ impl Catalog for RedbCatalog {
         ns: &NamespaceIdent,
         properties: HashMap<String, String>,
     ) -> Result<()> {
-        let key = ns_key(ns);
         let json = serde_json::to_string(&properties).map_err(db_err)?;
-        let db = Arc::clone(&self.db);
-        let name = format!("{ns:?}");
-        blocking(move || {
-            let tx = db.begin_write().map_err(db_err)?;
-            {
-                let mut t = tx.open_table(NAMESPACES).map_err(db_err)?;
-                if t.get(key.as_str()).map_err(db_err)?.is_none() {
-                    return Err(Error::new(
-                        ErrorKind::NamespaceNotFound,
-                        format!("no namespace {name}"),
-                    ));
-                }
-                t.insert(key.as_str(), json.as_str()).map_err(db_err)?;
-            }
-            tx.commit().map_err(db_err)
-        })
-        .await
+        let missing = Error::new(ErrorKind::NamespaceNotFound, format!("no namespace {ns:?}"));
+        self.put(NAMESPACES, ns_key(ns), json, true, missing).await
     }
 
     async fn drop_namespace(&self, ns: &NamespaceIdent) -> Result<()> {
@@ -490,24 +488,12 @@ impl Catalog for RedbCatalog {
         metadata.write_to(&self.file_io, &mloc).await?;
         let mloc = mloc.to_string();
         fsync_file_and_dir(&local_path(&mloc)).map_err(db_err)?;
-        let (key, value) = (table_key(&ident), mloc.clone());
-        let db = Arc::clone(&self.db);
-        let name = ident.to_string();
-        blocking(move || {
-            let tx = db.begin_write().map_err(db_err)?;
-            {
-                let mut t = tx.open_table(TABLES).map_err(db_err)?;
-                if t.get(key.as_str()).map_err(db_err)?.is_some() {
-                    return Err(Error::new(
-                        ErrorKind::TableAlreadyExists,
-                        format!("table {name} exists"),
-                    ));
-                }
-                t.insert(key.as_str(), value.as_str()).map_err(db_err)?;
-            }
-            tx.commit().map_err(db_err)
-        })
-        .await?;
+        let taken = Error::new(
+            ErrorKind::TableAlreadyExists,
+            format!("table {ident} exists"),
+        );
+        self.put(TABLES, table_key(&ident), mloc.clone(), false, taken)
+            .await?;
         let _ = Self::write_version_hint(&mloc);
         self.table(ident, metadata, mloc)
     }
@@ -595,23 +581,17 @@ impl Catalog for RedbCatalog {
             ));
         }
         let metadata = TableMetadata::read_from(&self.file_io, &metadata_location).await?;
-        let (key, value) = (table_key(ident), metadata_location.clone());
-        let db = Arc::clone(&self.db);
-        let name = ident.to_string();
-        blocking(move || {
-            let tx = db.begin_write().map_err(db_err)?;
-            {
-                let mut t = tx.open_table(TABLES).map_err(db_err)?;
-                if t.get(key.as_str()).map_err(db_err)?.is_some() {
-                    return Err(Error::new(
-                        ErrorKind::TableAlreadyExists,
-                        format!("table {name} exists"),
-                    ));
-                }
-                t.insert(key.as_str(), value.as_str()).map_err(db_err)?;
-            }
-            tx.commit().map_err(db_err)
-        })
+        let taken = Error::new(
+            ErrorKind::TableAlreadyExists,
+            format!("table {ident} exists"),
+        );
+        self.put(
+            TABLES,
+            table_key(ident),
+            metadata_location.clone(),
+            false,
+            taken,
+        )
         .await?;
         self.table(ident.clone(), metadata, metadata_location)
     }
