@@ -105,6 +105,24 @@ time_cmd() {
     awk -v a="${t0/,/.}" -v b="${t1/,/.}" 'BEGIN { printf "%.6f\n", b - a }'
 }
 
+# cpu_mark: "busy steal ours" in clock ticks: all CPU time of the machine except
+# idle and iowait, the steal part of it, and this script with its reaped children.
+cpu_mark() {
+    local ours
+    ours=$(awk '{ print $14 + $15 + $16 + $17 }' "/proc/$$/stat")
+    awk -v ours="$ours" '/^cpu / { print $2 + $3 + $4 + $7 + $8 + $9, $9, ours }' /proc/stat
+}
+
+# cpu_other MARK0 MARK1: prints "other_s steal_s", the CPU seconds spent between two
+# marks by processes outside this benchmark, and stolen by the hypervisor.
+cpu_other() {
+    awk -v a="$1" -v b="$2" -v hz="$(getconf CLK_TCK)" 'BEGIN {
+        split(a, x, " "); split(b, y, " ")
+        steal = y[2] - x[2]
+        other = (y[1] - x[1]) - steal - (y[3] - x[3])
+        printf "%.1f %.1f\n", (other < 0 ? 0 : other) / hz, steal / hz }'
+}
+
 median() {
     printf '%s\n' "$@" | sort -g | awk '{ v[NR] = $1 }
         END { if (NR % 2) print v[(NR + 1) / 2]; else print (v[NR / 2] + v[NR / 2 + 1]) / 2 }'
@@ -335,7 +353,7 @@ EOF
 # Measurements
 # ---------------------------------------------------------------------------
 
-declare -A IN_FILES IN_BYTES IN_DISTINCT CT DT SZ BLOB SPREAD
+declare -A IN_FILES IN_BYTES IN_DISTINCT CT DT SZ BLOB SPREAD OTHER
 
 # spread OP SECONDS...: logs the samples to $SAMPLES (with $set and $tool from the
 # caller) and prints " (min–max)", or nothing for a single run.
@@ -529,6 +547,12 @@ bench_memory() {
 # Report
 # ---------------------------------------------------------------------------
 
+# other_words KEY: "other / stolen" CPU seconds recorded for a set or the run.
+other_words() {
+    local o st
+    read -r o st <<<"${OTHER[$1]:-? ?}"
+    printf '%s / %s' "$o" "$st"
+}
 mb() { fmt '%.1f' "($1) / 1e6"; }
 mbs() { fmt '%.1f' "($1) / 1e6 / ($2)"; }
 mib() { fmt '%.1f' "$1 / 1024"; } # KiB -> MiB
@@ -568,6 +592,7 @@ report() {
     echo "| kernel | $(uname -sr) |"
     echo "| OS | $(awk -F= '$1 == "PRETTY_NAME" { gsub(/"/, "", $2); print $2 }' /etc/os-release) |"
     echo "| load average (1/5/15 min) at start / end | $LOAD_START / $(cut -d' ' -f1-3 /proc/loadavg) |"
+    echo "| CPU-s used by other processes (incl. kernel threads) / stolen by the hypervisor, whole run | $(other_words run) |"
     echo "| work dir (data, archives) | \`$BENCH_DIR\` on $(df -T "$BENCH_DIR" | awk 'NR == 2 { print $2 " (" $1 ")" }') |"
     echo "| extraction dir | \`$OUTS\` on $(df -T "$OUTS" | awk 'NR == 2 { print $2 " (" $1 ")" }') |"
     echo
@@ -600,14 +625,14 @@ report() {
     echo
     echo "## Data sets"
     echo
-    echo "| set | what | files | bytes | distinct content |"
-    echo "|---|---|---|---|---|"
+    echo "| set | what | files | bytes | distinct content | other CPU-s / stolen s during the set |"
+    echo "|---|---|---|---|---|---|"
     for set in a b c d; do
         [[ -n ${IN_BYTES[$set]:-} ]] || continue
         if [[ -n ${IN_DISTINCT[$set]:-} ]]; then
-            echo "| $set | ${DESC[$set]} | ${IN_FILES[$set]} | $(mb "${IN_BYTES[$set]}") MB | $(mb "${IN_DISTINCT[$set]}") MB |"
+            echo "| $set | ${DESC[$set]} | ${IN_FILES[$set]} | $(mb "${IN_BYTES[$set]}") MB | $(mb "${IN_DISTINCT[$set]}") MB | $(other_words "$set") |"
         else
-            echo "| $set | ${DESC[$set]} | ${IN_FILES[$set]} | $(mb "${IN_BYTES[$set]}") MB | all |"
+            echo "| $set | ${DESC[$set]} | ${IN_FILES[$set]} | $(mb "${IN_BYTES[$set]}") MB | all | $(other_words "$set") |"
         fi
     done
 
@@ -773,22 +798,29 @@ main() {
     : >"$LOG"
     printf 'set\ttool\top\trun\tseconds\n' >"$SAMPLES"
 
-    local set
-    for set in a b c; do
+    local set m0 run0 o st
+    run0=$(cpu_mark)
+    for set in a b c d; do
         has_set "$set" || continue
         log "set $set: preparing"
         "prepare_$set"
-        bench_set "$set"
-        if [[ $set == a ]]; then
-            bench_get
-            bench_list_verify
+        m0=$(cpu_mark)
+        if [[ $set == d ]]; then
+            bench_memory
+        else
+            bench_set "$set"
+            if [[ $set == a ]]; then
+                bench_get
+                bench_list_verify
+            fi
+        fi
+        OTHER[$set]=$(cpu_other "$m0" "$(cpu_mark)")
+        read -r o st <<<"${OTHER[$set]}"
+        if [[ $(awk -v o="$o" 'BEGIN { print (o > 5) }') == 1 ]]; then
+            log "warning: other processes used $o CPU-s during set $set: its timings are disturbed"
         fi
     done
-    if has_set d; then
-        log "set d: preparing"
-        prepare_d
-        bench_memory
-    fi
+    OTHER[run]=$(cpu_other "$run0" "$(cpu_mark)")
     log "done in $((SECONDS / 60)) min $((SECONDS % 60)) s; archives kept in $ARCS, command output in $LOG"
     report
     rm -rf "$OUTS"
