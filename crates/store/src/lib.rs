@@ -316,7 +316,11 @@ impl Store {
             self.catalog.purge_table(t).await?;
         }
         self.catalog.drop_namespace(&ns).await?;
+        // The files may already be gone (a copied seal removes the sidecar).
         let _ = std::fs::remove_file(&a.sidecar_path);
+        if let Some(sealed) = &a.sealed {
+            let _ = std::fs::remove_file(&sealed.path);
+        }
         self.open.lock().await.remove(id);
         Ok(())
     }

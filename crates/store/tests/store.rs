@@ -342,3 +342,45 @@ async fn reads_touch_no_iceberg_file() {
     assert_eq!(store.stat("a", "x").await.unwrap().size, 100_000);
     std::fs::rename(&hidden, &warehouse).unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dropping_an_archive_removes_its_tables_and_sidecar() {
+    let tmp = tempfile::tempdir().unwrap();
+    let store = Store::open(tmp.path(), 1).await.unwrap();
+    store
+        .create(
+            "a",
+            CreateOptions {
+                props: props(),
+                with_meta: false,
+            },
+        )
+        .await
+        .unwrap();
+    store
+        .append("a", vec![file("x", b"bytes")], None)
+        .await
+        .unwrap();
+    store.drop_archive("a").await.unwrap();
+    assert!(store.list().await.unwrap().is_empty());
+    assert!(matches!(
+        store.info("a").await,
+        Err(StoreError::NoArchive(_))
+    ));
+    assert!(!tmp.path().join("blobs/a.znippy").exists());
+    store
+        .create(
+            "a",
+            CreateOptions {
+                props: props(),
+                with_meta: false,
+            },
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        store.info("a").await.unwrap().files,
+        0,
+        "a new archive of the same id starts empty"
+    );
+}
