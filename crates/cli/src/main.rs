@@ -4,6 +4,7 @@
 mod live;
 mod meta_args;
 mod progress;
+mod serve;
 
 use std::collections::HashSet;
 use std::fs::File;
@@ -127,6 +128,8 @@ enum Cmd {
         #[command(subcommand)]
         cmd: live::LiveCmd,
     },
+    /// Run the HTTP service on a data directory.
+    Serve(serve::ServeArgs),
     /// Seal a live archive of a data directory into an immutable .znippy.
     Seal {
         /// The data directory.
@@ -348,6 +351,7 @@ fn run(cmd: Cmd) -> Result<ExitCode> {
             threads: t,
             cmd,
         } => return live::run(data, threads(t), cmd),
+        Cmd::Serve(args) => serve::run(args)?,
         Cmd::Seal { data, id, output } => live::seal(data, &id, output.as_deref())?,
         Cmd::Append {
             archive,

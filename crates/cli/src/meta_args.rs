@@ -4,16 +4,14 @@
 //! bytes as a bytes value. The path and key are split at the first two `=`, so a
 //! value may contain `=` but a path or key given this way may not.
 
-use anyhow::{bail, Context, Result};
+use anyhow::{Context, Result};
 use znippy_format::{MetaTable, MetaValue};
 
-fn value(text: &str) -> Result<MetaValue> {
+fn value(text: &str) -> znippy_format::Result<MetaValue> {
     match text.strip_prefix('@') {
-        Some(file) => {
-            let bytes = std::fs::read(file)
-                .with_context(|| format!("reading metadata value file {file}"))?;
-            Ok(MetaValue::Bytes(bytes))
-        }
+        Some(file) => std::fs::read(file).map(MetaValue::Bytes).map_err(|e| {
+            znippy_format::Error::Meta(format!("reading metadata value file {file}: {e}"))
+        }),
         None => Ok(MetaValue::infer(text)),
     }
 }
@@ -25,21 +23,10 @@ pub fn table(entries: &[String], archive: &[String]) -> Result<Option<MetaTable>
     }
     let mut t = MetaTable::new();
     for e in entries {
-        let Some((path, rest)) = e.split_once('=') else {
-            bail!("--meta {e:?}: expected 'path=key=value'");
-        };
-        let Some((key, v)) = rest.split_once('=') else {
-            bail!("--meta {e:?}: expected 'path=key=value'");
-        };
-        t.set(Some(path), key, value(v)?)
-            .with_context(|| format!("--meta {e:?}"))?;
+        t.set_text(e, true, value).context("--meta")?;
     }
     for e in archive {
-        let Some((key, v)) = e.split_once('=') else {
-            bail!("--meta-archive {e:?}: expected 'key=value'");
-        };
-        t.set(None, key, value(v)?)
-            .with_context(|| format!("--meta-archive {e:?}"))?;
+        t.set_text(e, false, value).context("--meta-archive")?;
     }
     Ok(Some(t))
 }

@@ -4,7 +4,8 @@
 //! blob region without a tail: one implementation of "give me these bytes, and
 //! prove they are the ones that were written".
 
-use std::io::Read;
+use std::io::{Read, Write};
+use std::ops::Range;
 
 use crate::error::{Error, Result};
 use crate::io::ReadAt;
@@ -95,5 +96,36 @@ impl BlobRegion {
             )));
         }
         Ok(bytes)
+    }
+
+    /// Writes bytes `range` of the file whose slices are `rows` (in file order,
+    /// checked by [`crate::check_file_rows`]) to `out`. Only the slices the range
+    /// touches are read, and each is verified whole before any of it is written.
+    pub fn write_range(
+        &self,
+        src: &dyn ReadAt,
+        rows: &[SliceRow],
+        range: Range<u64>,
+        out: &mut dyn Write,
+        scratch: &mut BlobScratch,
+    ) -> Result<u64> {
+        let mut written = 0;
+        for row in rows {
+            let start = row.fdata_offset;
+            let end = start.saturating_add(row.uncompressed_size);
+            if end <= range.start {
+                continue;
+            }
+            if start >= range.end {
+                break;
+            }
+            let bytes = self.read_slice(src, row, scratch)?;
+            let from = (range.start.max(start) - start) as usize;
+            let to = (range.end.min(end) - start) as usize;
+            out.write_all(&bytes[from..to])
+                .map_err(|e| Error::io(format!("writing {}", row.relative_path), e))?;
+            written += (to - from) as u64;
+        }
+        Ok(written)
     }
 }

@@ -133,6 +133,34 @@ impl MetaTable {
         Ok(())
     }
 
+    /// Sets a fact given as text: `path=key=value` about a file, or `key=value`
+    /// about the archive when `about_file` is false. Path and key end at the
+    /// first `=`s, so a value may contain `=`; `value` types the value text.
+    pub fn set_text(
+        &mut self,
+        text: &str,
+        about_file: bool,
+        value: impl FnOnce(&str) -> Result<MetaValue>,
+    ) -> Result<()> {
+        let (path, rest) = if about_file {
+            match text.split_once('=') {
+                Some((p, rest)) => (Some(p), rest),
+                None => return Err(Error::Meta(format!("{text:?}: expected 'path=key=value'"))),
+            }
+        } else {
+            (None, text)
+        };
+        let Some((key, v)) = rest.split_once('=') else {
+            let shape = if about_file {
+                "path=key=value"
+            } else {
+                "key=value"
+            };
+            return Err(Error::Meta(format!("{text:?}: expected '{shape}'")));
+        };
+        self.set(path, key, value(v)?)
+    }
+
     /// Adds every row of `other`, its values winning over ours.
     pub fn merge(&mut self, other: MetaTable) {
         self.rows.extend(other.rows);

@@ -334,14 +334,8 @@ impl<R: ReadAt> Archive<R> {
     pub fn read_file(&self, path: &str, out: &mut dyn Write) -> Result<u64> {
         let rows = self.slices(path)?;
         let mut scratch = BlobScratch::default();
-        let mut total = 0;
-        for row in &rows {
-            let bytes = self.read_slice(row, &mut scratch)?;
-            out.write_all(bytes)
-                .map_err(|e| Error::io(format!("writing {path}"), e))?;
-            total += bytes.len() as u64;
-        }
-        Ok(total)
+        self.region()
+            .write_range(&self.src, &rows, 0..u64::MAX, out, &mut scratch)
     }
 
     /// Paths starting with `prefix`, in byte order. Reads only the trie when there

@@ -18,7 +18,7 @@
 //! committed to `meta`.
 
 use std::collections::{BTreeMap, HashMap};
-use std::io::Write;
+use std::future::Future;
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -27,12 +27,13 @@ use iceberg::table::Table;
 use iceberg::transaction::{ApplyTransactionAction, Transaction};
 use iceberg::{Catalog, NamespaceIdent, TableIdent};
 use znippy_format::{
-    check_file_rows, ArchiveProps, BlobRegion, BlobScratch, Engine, Entry, InputFile, MetaTable,
-    Metadata, SliceRow,
+    check_file_rows, ArchiveProps, BlobRegion, Engine, Entry, InputFile, MetaTable, Metadata,
+    ReadAt, SliceRow,
 };
 
 use crate::catalog::{RedbCatalog, BLOB_END_KEY};
 use crate::error::{Result, StoreError};
+use crate::file::FileReader;
 use crate::sidecar::Sidecar;
 use crate::tables::{self, FileRow, MetaLogRow, FILES, META};
 use crate::SealedFile;
@@ -73,6 +74,8 @@ pub struct AppendReceipt {
     pub snapshot_id: i64,
     /// The committed blob end afterwards.
     pub blob_end: u64,
+    /// How long the Iceberg commit took (blobs were durable before it).
+    pub commit_time: std::time::Duration,
 }
 
 /// Everything a seal needs, taken under the archive's lock.
@@ -277,9 +280,20 @@ impl LiveArchive {
 
     /// The archive's live files, in path order, starting with `prefix`.
     pub fn entries(&self, prefix: &str) -> Vec<Entry> {
+        self.entries_page(prefix, None, usize::MAX)
+    }
+
+    /// Up to `limit` of [`LiveArchive::entries`] that sort after `after`.
+    pub fn entries_page(&self, prefix: &str, after: Option<&str>, limit: usize) -> Vec<Entry> {
+        use std::ops::Bound;
+        let from = match after {
+            Some(a) if a >= prefix => Bound::Excluded(a.to_string()),
+            _ => Bound::Included(prefix.to_string()),
+        };
         self.live
-            .range(prefix.to_string()..)
+            .range((from, Bound::Unbounded))
             .take_while(|(p, _)| p.starts_with(prefix))
+            .take(limit)
             .map(|(p, f)| f.entry(p))
             .collect()
     }
@@ -292,16 +306,20 @@ impl LiveArchive {
             .ok_or_else(|| StoreError::NotFound(path.to_string()))
     }
 
-    /// Writes the bytes of `path` to `out`, verified. Reads only that file's
-    /// blobs, found through the derived lookup; no Iceberg file is touched.
-    pub fn read_file(&self, path: &str, out: &mut dyn Write) -> Result<u64> {
+    /// Opens `path` for reading: its rows come from the derived lookup (or the
+    /// sealed archive's tail), and reads touch only its blobs; no Iceberg file is
+    /// read.
+    pub fn open_file(&self, path: &str) -> Result<FileReader> {
         if let Some(sealed) = &self.sealed {
             let f = std::fs::File::open(&sealed.path)
                 .map_err(|e| StoreError::io(format!("opening {}", sealed.path.display()), e))?;
-            return match znippy_format::Archive::open(f)?.read_file(path, out) {
-                Err(znippy_format::Error::NotFound(p)) => Err(StoreError::NotFound(p)),
-                r => Ok(r?),
+            let archive = znippy_format::Archive::open(Arc::new(f))?;
+            let rows = match archive.slices(path) {
+                Err(znippy_format::Error::NotFound(p)) => return Err(StoreError::NotFound(p)),
+                r => r?,
             };
+            let src: Arc<dyn ReadAt> = archive.source().clone();
+            return FileReader::new(path, rows, archive.region(), src);
         }
         let file = self
             .live
@@ -311,24 +329,22 @@ impl LiveArchive {
             chunk_size: self.props.chunk_size,
             end: self.blob_end,
         };
-        let mut scratch = BlobScratch::default();
-        let mut n = 0;
-        for row in &file.rows {
-            let bytes = region.read_slice(self.sidecar.file(), row, &mut scratch)?;
-            out.write_all(bytes)
-                .map_err(|e| StoreError::io(format!("writing {path}"), e))?;
-            n += bytes.len() as u64;
-        }
-        Ok(n)
+        let src: Arc<dyn ReadAt> = self.sidecar.clone();
+        FileReader::new(path, file.rows.clone(), region, src)
     }
 
     /// Appends one batch (and metadata rows) as one commit.
-    pub(crate) async fn append(
+    pub(crate) async fn append<I, M>(
         &mut self,
         catalog: &RedbCatalog,
-        files: Vec<InputFile>,
-        meta: Option<MetaTable>,
-    ) -> Result<AppendReceipt> {
+        files: I,
+        meta: M,
+    ) -> Result<AppendReceipt>
+    where
+        I: IntoIterator<Item = znippy_format::Result<InputFile>> + Send + 'static,
+        I::IntoIter: Send,
+        M: Future<Output = Result<Option<MetaTable>>>,
+    {
         if self.sealed.is_some() {
             return Err(StoreError::Sealed(self.id.clone()));
         }
@@ -341,7 +357,7 @@ impl LiveArchive {
         let start = self.blob_end;
         let written = tokio::task::spawn_blocking(move || {
             let mut out = sidecar.writer_at(start);
-            let r = engine.write_batch(files.into_iter().map(Ok), &mut out, &mut |_| {});
+            let r = engine.write_batch(files, &mut out, &mut |_| {});
             let r = r
                 .map_err(StoreError::from)
                 .and_then(|x| sidecar.sync().map(|_| x));
@@ -350,16 +366,28 @@ impl LiveArchive {
         .await
         .map_err(|e| StoreError::Corrupt(format!("compression task: {e}")))?;
         let (engine, result) = written;
+        // Metadata may arrive after the files (a multipart upload can carry it
+        // last); it is complete once the files are.
+        let mut commit_start = std::time::Instant::now();
+        let result = match result {
+            Ok(written) => meta.await.map(|meta| (written, meta)),
+            Err(e) => Err(e),
+        };
         let committed = match result {
-            Ok((rows, stats)) => {
+            Ok(((rows, stats), meta)) => {
                 let new_end = engine.blob_end();
-                self.commit_files(catalog, seq, &rows, meta.as_ref(), new_end)
+                commit_start = std::time::Instant::now();
+                match self
+                    .commit_files(catalog, seq, &rows, meta.as_ref(), new_end)
                     .await
-                    .map(|(snap, pending)| (snap, pending, rows, stats))
+                {
+                    Ok((snap, pending)) => Ok((snap, pending, rows, stats, meta)),
+                    Err(e) => Err(e),
+                }
             }
             Err(e) => Err(e),
         };
-        let (snapshot_id, pending, rows, stats) = match committed {
+        let (snapshot_id, pending, rows, stats, meta) = match committed {
             Ok(c) => c,
             Err(e) => {
                 // Nothing was committed: cut the blobs back and forget them.
@@ -394,6 +422,7 @@ impl LiveArchive {
             append_seq: seq,
             snapshot_id,
             blob_end: self.blob_end,
+            commit_time: commit_start.elapsed(),
         })
     }
 

@@ -33,6 +33,9 @@ pub enum StoreError {
         #[source]
         source: std::io::Error,
     },
+    /// The caller abandoned the batch (its input failed); nothing was committed.
+    #[error("append abandoned: {0}")]
+    Aborted(String),
     /// Stored rows that break the store's own rules.
     #[error("corrupt live archive {0}")]
     Corrupt(String),

@@ -23,6 +23,7 @@
 mod archive;
 pub mod catalog;
 mod error;
+mod file;
 pub mod sidecar;
 pub mod tables;
 
@@ -39,6 +40,7 @@ use znippy_format::{ArchiveProps, Entry, InputFile, MetaSearch, MetaTable, Metad
 pub use archive::{AppendReceipt, LiveArchive, LiveFile, SealPlan};
 pub use catalog::RedbCatalog;
 pub use error::{Result, StoreError};
+pub use file::FileReader;
 pub use sidecar::Sidecar;
 
 /// Root namespace of all archives.
@@ -165,6 +167,17 @@ fn check_id(id: &str) -> Result<()> {
     } else {
         Err(StoreError::BadId(id.chars().take(80).collect()))
     }
+}
+
+/// Runs a change to an archive on its own task, so that a caller that goes
+/// away (a client that disconnects) cannot stop it between its commit and the
+/// update of the derived state.
+async fn run_to_end<T: Send + 'static>(
+    change: impl std::future::Future<Output = Result<T>> + Send + 'static,
+) -> Result<T> {
+    tokio::spawn(change)
+        .await
+        .map_err(|e| StoreError::Corrupt(format!("archive task failed: {e}")))?
 }
 
 /// A data directory of live archives.
@@ -333,16 +346,38 @@ impl Store {
         files: Vec<InputFile>,
         meta: Option<MetaTable>,
     ) -> Result<AppendReceipt> {
+        self.append_stream(id, files.into_iter().map(Ok), async { Ok(meta) })
+            .await
+    }
+
+    /// [`Store::append`] for batches that arrive as a stream: `files` is pulled
+    /// on a blocking thread, one file read to its end before the next is asked
+    /// for, and may block or fail (the batch then commits nothing). `meta` is
+    /// awaited once every file has been read, so it may come after the files.
+    ///
+    /// The append runs to its end (commit or clean rollback) even if the
+    /// returned future is dropped: an append abandoned halfway would leave its
+    /// blobs still being written past `blob_end` while the next append starts
+    /// writing there.
+    pub async fn append_stream<I, M>(&self, id: &str, files: I, meta: M) -> Result<AppendReceipt>
+    where
+        I: IntoIterator<Item = znippy_format::Result<InputFile>> + Send + 'static,
+        I::IntoIter: Send,
+        M: std::future::Future<Output = Result<Option<MetaTable>>> + Send + 'static,
+    {
         let a = self.archive(id).await?;
-        let mut a = a.lock().await;
-        a.append(&self.catalog, files, meta).await
+        let mut a = a.lock_owned().await;
+        let catalog = self.catalog.clone();
+        run_to_end(async move { a.append(&catalog, files, meta).await }).await
     }
 
     /// Deletes one file (a tombstone row).
     pub async fn delete_file(&self, id: &str, path: &str) -> Result<i64> {
         let a = self.archive(id).await?;
-        let mut a = a.lock().await;
-        a.delete(&self.catalog, path).await
+        let mut a = a.lock_owned().await;
+        let catalog = self.catalog.clone();
+        let path = path.to_string();
+        run_to_end(async move { a.delete(&catalog, &path).await }).await
     }
 
     /// Writes one file's bytes to `out`, verified.
@@ -352,9 +387,15 @@ impl Store {
         path: &str,
         out: &mut (dyn Write + Send),
     ) -> Result<u64> {
+        self.open_file(id, path).await?.read_range(0..u64::MAX, out)
+    }
+
+    /// Opens one file for reading. The archive's lock is held only to take the
+    /// file's rows, so long reads do not hold up appends.
+    pub async fn open_file(&self, id: &str, path: &str) -> Result<FileReader> {
         let a = self.archive(id).await?;
         let a = a.lock().await;
-        a.read_file(path, out)
+        a.open_file(path)
     }
 
     /// Live files whose paths start with `prefix`, in path order.
@@ -362,6 +403,27 @@ impl Store {
         let a = self.archive(id).await?;
         let a = a.lock().await;
         Ok(a.entries(prefix))
+    }
+
+    /// Up to `limit` live files whose paths start with `prefix` and sort after
+    /// `after`, in path order: one page of a listing.
+    pub async fn list_page(
+        &self,
+        id: &str,
+        prefix: &str,
+        after: Option<&str>,
+        limit: usize,
+    ) -> Result<Vec<Entry>> {
+        let a = self.archive(id).await?;
+        let a = a.lock().await;
+        Ok(a.entries_page(prefix, after, limit))
+    }
+
+    /// Where the sealed `.znippy` of `id` is, once it is sealed.
+    pub async fn sealed_file(&self, id: &str) -> Result<Option<SealedFile>> {
+        let a = self.archive(id).await?;
+        let a = a.lock().await;
+        Ok(a.sealed.clone())
     }
 
     /// One live file.

@@ -81,6 +81,15 @@ impl Sidecar {
     }
 }
 
+impl znippy_format::ReadAt for Sidecar {
+    fn read_exact_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
+        FileExt::read_exact_at(&self.file, buf, offset)
+    }
+    fn size(&self) -> io::Result<u64> {
+        Ok(self.file.metadata()?.len())
+    }
+}
+
 /// Positioned writes into the sidecar.
 pub struct SidecarWriter<'a> {
     file: &'a File,

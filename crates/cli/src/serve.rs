@@ -1,0 +1,84 @@
+//! `znippy serve`: the HTTP service on a data directory.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use anyhow::{Context, Result};
+use clap::Args;
+use znippy_http::Config;
+
+#[derive(Args)]
+pub struct ServeArgs {
+    /// The data directory (catalog, tables, sidecars, sealed archives).
+    #[arg(long, env = "ZNIPPY_DATA", default_value = "znippy-data")]
+    data: PathBuf,
+    /// Address to listen on. Beyond loopback a token is required, unless
+    /// --insecure-open.
+    #[arg(long, env = "ZNIPPY_LISTEN", default_value = "127.0.0.1:7878")]
+    listen: SocketAddr,
+    /// Bearer token that writes (and private reads) must present.
+    #[arg(long, env = "ZNIPPY_TOKEN", hide_env_values = true)]
+    token: Option<String>,
+    /// Reads need the token too.
+    #[arg(long, env = "ZNIPPY_PRIVATE_READS")]
+    private_reads: bool,
+    /// Allow listening beyond loopback without a token.
+    #[arg(long)]
+    insecure_open: bool,
+    /// Largest request body, in bytes.
+    #[arg(long, env = "ZNIPPY_MAX_BODY", default_value_t = Config::default().max_body)]
+    max_body: u64,
+    /// Compression threads per append (default: all cores).
+    #[arg(long)]
+    threads: Option<usize>,
+    /// Log filter, e.g. info, debug, znippy=debug.
+    #[arg(long, env = "ZNIPPY_LOG", default_value = "info")]
+    log: String,
+}
+
+pub fn run(args: ServeArgs) -> Result<()> {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_new(&args.log)
+                .with_context(|| format!("--log {:?}", args.log))?,
+        )
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .init();
+    let config = Config {
+        data: args.data,
+        listen: args.listen,
+        token: args.token.filter(|t| !t.is_empty()),
+        private_reads: args.private_reads,
+        insecure_open: args.insecure_open,
+        max_body: args.max_body,
+        threads: args.threads.unwrap_or(Config::default().threads),
+    };
+    let rt = tokio::runtime::Runtime::new().context("starting the runtime")?;
+    rt.block_on(async {
+        let listener = znippy_http::bind(&config).await?;
+        // Tests and scripts read this line to find the port of --listen ...:0.
+        println!("listening on http://{}", listener.local_addr()?);
+        znippy_http::serve_on(listener, config, shutdown()).await?;
+        tracing::info!("stopped");
+        Ok(())
+    })
+}
+
+/// Resolves on SIGTERM or Ctrl-C.
+async fn shutdown() {
+    use tokio::signal::unix::{signal, SignalKind};
+    let term = async {
+        match signal(SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending().await,
+        }
+    };
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {},
+        _ = term => {},
+    }
+    tracing::info!("shutting down: finishing requests in flight");
+}

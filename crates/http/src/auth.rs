@@ -1,0 +1,44 @@
+//! Bearer-token auth: writes need the token when one is configured; reads need
+//! it too when reads are private.
+
+use axum::extract::{Request, State};
+use axum::http::{header, Method, StatusCode};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+
+use crate::error::ApiError;
+use crate::AppState;
+
+pub(crate) async fn check(State(app): State<AppState>, req: Request, next: Next) -> Response {
+    let Some(token) = app.config.token.as_deref() else {
+        return next.run(req).await;
+    };
+    let read = matches!(*req.method(), Method::GET | Method::HEAD);
+    if read && !app.config.private_reads {
+        return next.run(req).await;
+    }
+    let given = req
+        .headers()
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "));
+    match given {
+        None => ApiError::new(
+            StatusCode::UNAUTHORIZED,
+            "unauthorized",
+            "this request needs 'Authorization: Bearer <token>'",
+        )
+        .into_response(),
+        Some(t) if !constant_time_eq(t.as_bytes(), token.as_bytes()) => {
+            ApiError::new(StatusCode::FORBIDDEN, "forbidden", "the token is not valid")
+                .into_response()
+        }
+        Some(_) => next.run(req).await,
+    }
+}
+
+/// Compares without an early exit, so response timing does not reveal how
+/// much of a guessed token was right.
+fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}

@@ -1,0 +1,122 @@
+//! Every failure as JSON `{"error": {"code", "message"}}` with its status.
+//!
+//! The code is stable (clients branch on it); the message is for people.
+
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use znippy_seal::SealError;
+use znippy_store::StoreError;
+
+/// An error response.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ApiError {
+    /// The HTTP status.
+    pub status: StatusCode,
+    /// A stable, machine-readable code.
+    pub code: &'static str,
+    /// What went wrong, and where it helps, what to do.
+    pub message: String,
+}
+
+impl ApiError {
+    /// An error with this status, code and message.
+    pub fn new(status: StatusCode, code: &'static str, message: impl Into<String>) -> Self {
+        ApiError {
+            status,
+            code,
+            message: message.into(),
+        }
+    }
+
+    pub(crate) fn bad_request(code: &'static str, message: impl Into<String>) -> Self {
+        Self::new(StatusCode::BAD_REQUEST, code, message)
+    }
+
+    pub(crate) fn too_large(limit: u64) -> Self {
+        Self::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "too_large",
+            format!("the request body exceeds the limit of {limit} bytes"),
+        )
+    }
+
+    pub(crate) fn internal(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", message)
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let body = serde_json::json!({
+            "error": { "code": self.code, "message": self.message }
+        });
+        (self.status, axum::Json(body)).into_response()
+    }
+}
+
+/// Whether an I/O error somewhere in `e`'s chain is "no space left".
+fn out_of_space(e: &(dyn std::error::Error + 'static)) -> bool {
+    let mut cur = Some(e);
+    while let Some(err) = cur {
+        if let Some(io) = err.downcast_ref::<std::io::Error>() {
+            if io.raw_os_error() == Some(libc::ENOSPC) || io.raw_os_error() == Some(libc::EDQUOT) {
+                return true;
+            }
+        }
+        cur = err.source();
+    }
+    false
+}
+
+fn format_error(e: &znippy_format::Error) -> ApiError {
+    use znippy_format::Error as F;
+    let msg = e.to_string();
+    match e {
+        F::InvalidPath { .. } => ApiError::bad_request("bad_path", msg),
+        F::Input { .. } => ApiError::bad_request("bad_input", msg),
+        F::Property(_) => ApiError::bad_request("bad_property", msg),
+        F::Meta(_) => ApiError::bad_request("bad_meta", msg),
+        F::NotFound(_) => ApiError::new(StatusCode::NOT_FOUND, "no_file", msg),
+        F::Checksum(_) | F::Corrupt(_) | F::NotAnArchive(_) | F::UnsupportedVersion { .. } => {
+            ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "corrupt", msg)
+        }
+        F::Io { .. } if out_of_space(e) => {
+            ApiError::new(StatusCode::INSUFFICIENT_STORAGE, "no_space", msg)
+        }
+        F::Io { .. } => ApiError::internal(msg),
+    }
+}
+
+impl From<StoreError> for ApiError {
+    fn from(e: StoreError) -> Self {
+        let msg = e.to_string();
+        match &e {
+            StoreError::NoArchive(_) => ApiError::new(StatusCode::NOT_FOUND, "no_archive", msg),
+            StoreError::NotFound(_) => ApiError::new(StatusCode::NOT_FOUND, "no_file", msg),
+            StoreError::Exists(_) => ApiError::new(StatusCode::CONFLICT, "exists", msg),
+            StoreError::Sealed(_) => ApiError::new(StatusCode::CONFLICT, "sealed", msg),
+            StoreError::BadId(_) => ApiError::bad_request("bad_id", msg),
+            StoreError::Format(f) => format_error(f),
+            StoreError::Iceberg(i) if i.kind() == iceberg::ErrorKind::CatalogCommitConflicts => {
+                ApiError::new(StatusCode::CONFLICT, "conflict", msg)
+            }
+            _ if out_of_space(&e) => {
+                ApiError::new(StatusCode::INSUFFICIENT_STORAGE, "no_space", msg)
+            }
+            _ => ApiError::internal(msg),
+        }
+    }
+}
+
+impl From<SealError> for ApiError {
+    fn from(e: SealError) -> Self {
+        match e {
+            SealError::Store(s) => s.into(),
+            SealError::Format(f) => format_error(&f),
+            e if out_of_space(&e) => {
+                ApiError::new(StatusCode::INSUFFICIENT_STORAGE, "no_space", e.to_string())
+            }
+            e => ApiError::internal(e.to_string()),
+        }
+    }
+}

@@ -1,0 +1,230 @@
+//! The znippy HTTP service: live archives over HTTP, and their tables over a
+//! read-only Iceberg REST catalog.
+//!
+//! Handlers are thin: each turns a request into one call on the typed core
+//! ([`znippy_store::Store`] for live archives, [`znippy_seal::seal`] for
+//! publishing) and its result into JSON or bytes. What the service adds is
+//! what only an HTTP edge needs:
+//!
+//! - **Streaming uploads** (`upload.rs`): multipart, tar and raw bodies are fed
+//!   to the compression engine as they arrive, file by file, through a bounded
+//!   channel; no upload is ever held in memory whole. A body that ends early
+//!   fails the batch, which then commits nothing.
+//! - **Reads with Range and ETag** (`files.rs`): a file's rows are taken under
+//!   the archive's lock, its bytes read after it, only the slices a range
+//!   touches, each verified.
+//! - **Errors** (`error.rs`): JSON `{"error": {"code", "message"}}` with one
+//!   status per kind of failure.
+//! - **Auth** (`auth.rs`): a bearer token for writes, and for reads too when
+//!   they are private.
+//! - **Observability** (`observe.rs`): one log line per request, Prometheus
+//!   counters and latency histograms at `/metrics`.
+//! - **Iceberg REST** (`rest_catalog.rs`): `/iceberg/v1/...` lists each archive
+//!   as a namespace holding its `files` and `meta` tables, so DuckDB, pyiceberg,
+//!   Spark or Trino query live archives with their own Iceberg readers.
+//!
+//! The routes are listed in `docs/openapi.json`, served at `/openapi.json`.
+
+mod archives;
+mod auth;
+mod error;
+mod files;
+mod meta;
+mod observe;
+mod ranged;
+mod rest_catalog;
+mod upload;
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use axum::extract::DefaultBodyLimit;
+use axum::routing::{get, post, put};
+use axum::Router;
+use znippy_store::Store;
+
+pub use error::ApiError;
+pub use observe::Metrics;
+
+/// The API description served at `/openapi.json`.
+pub const OPENAPI: &str = include_str!("../../../docs/openapi.json");
+
+/// How the service runs.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// The data directory (catalog, warehouse, sidecars, sealed archives).
+    pub data: PathBuf,
+    /// Where to listen.
+    pub listen: SocketAddr,
+    /// The bearer token writes need; `None` means no auth at all.
+    pub token: Option<String>,
+    /// Whether reads need the token too.
+    pub private_reads: bool,
+    /// Allow listening beyond loopback without a token.
+    pub insecure_open: bool,
+    /// Largest request body accepted, in bytes.
+    pub max_body: u64,
+    /// Compression workers per append.
+    pub threads: usize,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            data: PathBuf::from("znippy-data"),
+            listen: SocketAddr::from(([127, 0, 0, 1], 7878)),
+            token: None,
+            private_reads: false,
+            insecure_open: false,
+            max_body: 64 << 30,
+            threads: std::thread::available_parallelism().map_or(2, |n| n.get()),
+        }
+    }
+}
+
+/// Why the service could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum ServeError {
+    /// Refused: an open service on a non-loopback address.
+    #[error(
+        "refusing to listen on {0} without a token: set --token (or ZNIPPY_TOKEN), \
+         or pass --insecure-open if this network is trusted"
+    )]
+    OpenToNetwork(SocketAddr),
+    /// The data directory could not be opened.
+    #[error("opening the data directory: {0}")]
+    Store(#[from] znippy_store::StoreError),
+    /// Binding or serving failed.
+    #[error("{0}")]
+    Io(#[from] std::io::Error),
+}
+
+/// What every handler shares.
+#[derive(Clone)]
+pub(crate) struct AppState {
+    pub store: Arc<Store>,
+    pub config: Arc<Config>,
+    pub metrics: Arc<Metrics>,
+}
+
+/// The service's routes over `store`.
+pub fn router(store: Arc<Store>, config: Config) -> Router {
+    let state = AppState {
+        store,
+        config: Arc::new(config),
+        metrics: Arc::new(Metrics::default()),
+    };
+    let api = Router::new()
+        .route("/archives", post(archives::create).get(archives::list))
+        .route(
+            "/archives/{id}",
+            get(archives::inspect).delete(archives::drop_archive),
+        )
+        .route(
+            "/archives/{id}/files",
+            post(upload::post_files).get(files::list),
+        )
+        .route(
+            "/archives/{id}/files/{*path}",
+            put(upload::put_file)
+                .get(files::get_file)
+                .delete(files::delete_file),
+        )
+        .route("/archives/{id}/meta", get(meta::search).put(meta::set))
+        .route("/archives/{id}/seal", post(archives::seal))
+        .route("/archives/{id}/archive.znippy", get(archives::download))
+        .nest("/iceberg/v1", rest_catalog::routes())
+        .route_layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            auth::check,
+        ));
+    Router::new()
+        .merge(api)
+        .route("/healthz", get(|| async { "ok\n" }))
+        .route("/metrics", get(observe::render))
+        .route("/openapi.json", get(openapi))
+        .fallback(no_route)
+        .method_not_allowed_fallback(no_method)
+        .layer(DefaultBodyLimit::disable())
+        .layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            observe::track,
+        ))
+        .with_state(state)
+}
+
+async fn no_route(method: axum::http::Method, uri: axum::http::Uri) -> ApiError {
+    ApiError::new(
+        axum::http::StatusCode::NOT_FOUND,
+        "no_route",
+        format!("no route {method} {}: see /openapi.json", uri.path()),
+    )
+}
+
+async fn no_method(method: axum::http::Method, uri: axum::http::Uri) -> ApiError {
+    ApiError::new(
+        axum::http::StatusCode::METHOD_NOT_ALLOWED,
+        "bad_method",
+        format!("{} does not take {method}: see /openapi.json", uri.path()),
+    )
+}
+
+async fn openapi() -> impl axum::response::IntoResponse {
+    (
+        [(axum::http::header::CONTENT_TYPE, "application/json")],
+        OPENAPI,
+    )
+}
+
+/// Opens the data directory, binds, and serves until `shutdown` resolves;
+/// then stops accepting and waits for requests in flight (appends finish and
+/// commit).
+pub async fn serve(
+    config: Config,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> Result<(), ServeError> {
+    let listener = bind(&config).await?;
+    serve_on(listener, config, shutdown).await
+}
+
+/// Binds the configured address, refusing an open service beyond loopback.
+pub async fn bind(config: &Config) -> Result<tokio::net::TcpListener, ServeError> {
+    if config.token.is_none() && !config.insecure_open && !config.listen.ip().is_loopback() {
+        return Err(ServeError::OpenToNetwork(config.listen));
+    }
+    Ok(tokio::net::TcpListener::bind(config.listen).await?)
+}
+
+/// [`serve`] on a listener bound already.
+pub async fn serve_on(
+    listener: tokio::net::TcpListener,
+    config: Config,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> Result<(), ServeError> {
+    let store = Arc::new(Store::open(&config.data, config.threads).await?);
+    let app = router(store, config);
+    tracing::info!(addr = %listener.local_addr()?, "znippy serving");
+    axum::serve(listener, app)
+        .with_graceful_shutdown(shutdown)
+        .await?;
+    Ok(())
+}
+
+/// Largest JSON request body.
+const MAX_JSON: usize = 1 << 20;
+
+/// Parses a JSON request body of at most [`MAX_JSON`] bytes.
+pub(crate) async fn read_json<T: serde::de::DeserializeOwned>(
+    body: axum::body::Body,
+) -> Result<T, ApiError> {
+    let bytes = axum::body::to_bytes(body, MAX_JSON).await.map_err(|_| {
+        ApiError::new(
+            axum::http::StatusCode::PAYLOAD_TOO_LARGE,
+            "too_large",
+            format!("a JSON body may have at most {MAX_JSON} bytes"),
+        )
+    })?;
+    serde_json::from_slice(&bytes)
+        .map_err(|e| ApiError::bad_request("bad_body", format!("invalid JSON body: {e}")))
+}

@@ -1,0 +1,81 @@
+//! One file of an archive, opened for reading.
+//!
+//! Opening takes the file's rows under the archive's lock; reading happens
+//! after the lock is gone. That is safe because committed blobs never move: an
+//! append writes past `blob_end`, recovery cuts only uncommitted bytes, and a
+//! seal or drop that removes the sidecar leaves open handles readable.
+
+use std::io::Write;
+use std::ops::Range;
+use std::sync::Arc;
+
+use znippy_format::{BlobRegion, BlobScratch, Entry, ReadAt, SliceRow};
+
+use crate::error::{Result, StoreError};
+
+/// A file's rows and a handle on the bytes they point into.
+pub struct FileReader {
+    entry: Entry,
+    rows: Vec<SliceRow>,
+    region: BlobRegion,
+    src: Arc<dyn ReadAt>,
+}
+
+impl std::fmt::Debug for FileReader {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FileReader")
+            .field("entry", &self.entry)
+            .finish_non_exhaustive()
+    }
+}
+
+impl FileReader {
+    pub(crate) fn new(
+        path: &str,
+        rows: Vec<SliceRow>,
+        region: BlobRegion,
+        src: Arc<dyn ReadAt>,
+    ) -> Result<Self> {
+        let size = znippy_format::check_file_rows(path, &rows)?;
+        let entry = Entry {
+            path: path.to_string(),
+            size,
+            mode: rows.first().and_then(|r| r.mode),
+            slices: rows.len() as u64,
+        };
+        Ok(FileReader {
+            entry,
+            rows,
+            region,
+            src,
+        })
+    }
+
+    /// The file's path, size and mode.
+    pub fn entry(&self) -> &Entry {
+        &self.entry
+    }
+
+    /// A strong validator of the content: blake3 over the slices' checksums
+    /// (which are blake3 of the bytes), so equal bytes in equal slices give
+    /// equal tags across appends, archives and seal.
+    pub fn etag(&self) -> String {
+        let mut h = blake3::Hasher::new();
+        for r in &self.rows {
+            h.update(&r.checksum);
+        }
+        h.finalize().to_hex()[..32].to_string()
+    }
+
+    /// Writes bytes `range` of the file (clamped to its size) to `out`, reading
+    /// and verifying only the slices the range touches.
+    pub fn read_range(&self, range: Range<u64>, out: &mut dyn Write) -> Result<u64> {
+        let mut scratch = BlobScratch::default();
+        self.region
+            .write_range(self.src.as_ref(), &self.rows, range, out, &mut scratch)
+            .map_err(|e| match e {
+                znippy_format::Error::NotFound(p) => StoreError::NotFound(p),
+                e => e.into(),
+            })
+    }
+}
