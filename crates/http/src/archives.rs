@@ -1,7 +1,7 @@
 //! Archives: create, list, inspect, drop, seal, and download once sealed.
 
 use axum::body::Body;
-use axum::extract::{Path, State};
+use axum::extract::State;
 use axum::http::{HeaderMap, Method, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
@@ -11,6 +11,7 @@ use znippy_format::ArchiveProps;
 use znippy_store::{ArchiveInfo, CreateOptions, State as ArchiveState};
 
 use crate::error::ApiError;
+use crate::extract::ApiPath;
 use crate::ranged::{self, Ranged};
 use crate::{read_json, AppState};
 
@@ -67,14 +68,14 @@ pub(crate) async fn list(State(app): State<AppState>) -> Result<Json<Value>, Api
 
 pub(crate) async fn inspect(
     State(app): State<AppState>,
-    Path(id): Path<String>,
+    ApiPath(id): ApiPath<String>,
 ) -> Result<Json<Value>, ApiError> {
     Ok(Json(info_json(&app.store.info(&id).await?)))
 }
 
 pub(crate) async fn drop_archive(
     State(app): State<AppState>,
-    Path(id): Path<String>,
+    ApiPath(id): ApiPath<String>,
 ) -> Result<StatusCode, ApiError> {
     app.store.drop_archive(&id).await?;
     Ok(StatusCode::NO_CONTENT)
@@ -82,7 +83,7 @@ pub(crate) async fn drop_archive(
 
 pub(crate) async fn seal(
     State(app): State<AppState>,
-    Path(id): Path<String>,
+    ApiPath(id): ApiPath<String>,
 ) -> Result<Json<Value>, ApiError> {
     // On its own task: a client that hangs up does not cut a seal short.
     let store = app.store.clone();
@@ -114,7 +115,7 @@ fn blake3_hex(h: &[u8; 32]) -> String {
 
 pub(crate) async fn download(
     State(app): State<AppState>,
-    Path(id): Path<String>,
+    ApiPath(id): ApiPath<String>,
     method: Method,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {

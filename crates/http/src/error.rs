@@ -54,6 +54,26 @@ impl IntoResponse for ApiError {
     }
 }
 
+/// Whether `e`'s chain holds an upload that was cut short or malformed.
+fn bad_upload(e: &(dyn std::error::Error + 'static)) -> Option<String> {
+    let mut cur = Some(e);
+    while let Some(err) = cur {
+        if let Some(b) = err.downcast_ref::<crate::upload::BadUpload>() {
+            return Some(b.to_string());
+        }
+        if let Some(inner) = err
+            .downcast_ref::<std::io::Error>()
+            .and_then(|io| io.get_ref())
+        {
+            if let Some(b) = inner.downcast_ref::<crate::upload::BadUpload>() {
+                return Some(b.to_string());
+            }
+        }
+        cur = err.source();
+    }
+    None
+}
+
 /// Whether an I/O error somewhere in `e`'s chain is "no space left".
 fn out_of_space(e: &(dyn std::error::Error + 'static)) -> bool {
     let mut cur = Some(e);
@@ -80,6 +100,7 @@ fn format_error(e: &znippy_format::Error) -> ApiError {
         F::Checksum(_) | F::Corrupt(_) | F::NotAnArchive(_) | F::UnsupportedVersion { .. } => {
             ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "corrupt", msg)
         }
+        F::Io { .. } if bad_upload(e).is_some() => ApiError::bad_request("bad_body", msg),
         F::Io { .. } if out_of_space(e) => {
             ApiError::new(StatusCode::INSUFFICIENT_STORAGE, "no_space", msg)
         }

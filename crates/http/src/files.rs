@@ -1,6 +1,6 @@
 //! Files of an archive: list by prefix (paged), read (Range, ETag), delete.
 
-use axum::extract::{Path, Query, State};
+use axum::extract::State;
 use axum::http::{HeaderMap, Method};
 use axum::response::Response;
 use axum::Json;
@@ -8,6 +8,7 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 
 use crate::error::ApiError;
+use crate::extract::{ApiPath, ApiQuery};
 use crate::ranged::{self, Ranged};
 use crate::AppState;
 
@@ -27,8 +28,8 @@ pub(crate) struct ListQuery {
 
 pub(crate) async fn list(
     State(app): State<AppState>,
-    Path(id): Path<String>,
-    Query(q): Query<ListQuery>,
+    ApiPath(id): ApiPath<String>,
+    ApiQuery(q): ApiQuery<ListQuery>,
 ) -> Result<Json<Value>, ApiError> {
     let limit = q.limit.unwrap_or(PAGE);
     if limit == 0 || limit > MAX_PAGE {
@@ -57,7 +58,7 @@ pub(crate) async fn list(
 
 pub(crate) async fn get_file(
     State(app): State<AppState>,
-    Path((id, path)): Path<(String, String)>,
+    ApiPath((id, path)): ApiPath<(String, String)>,
     method: Method,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
@@ -73,7 +74,7 @@ pub(crate) async fn get_file(
 
 pub(crate) async fn delete_file(
     State(app): State<AppState>,
-    Path((id, path)): Path<(String, String)>,
+    ApiPath((id, path)): ApiPath<(String, String)>,
 ) -> Result<Json<Value>, ApiError> {
     let snapshot = app.store.delete_file(&id, &path).await?;
     Ok(Json(json!({ "deleted": path, "snapshot_id": snapshot })))

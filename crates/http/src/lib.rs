@@ -28,6 +28,7 @@
 mod archives;
 mod auth;
 mod error;
+mod extract;
 mod files;
 mod meta;
 mod observe;

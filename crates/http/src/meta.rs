@@ -5,13 +5,14 @@
 //! `no_match` (searched, nothing found) or `hits`.
 
 use axum::body::Body;
-use axum::extract::{Path, Query, State};
+use axum::extract::State;
 use axum::Json;
 use serde::Deserialize;
 use serde_json::{json, Value};
 use znippy_format::{MetaRow, MetaSearch, MetaTable, MetaValue};
 
 use crate::error::ApiError;
+use crate::extract::{ApiPath, ApiQuery};
 use crate::{read_json, AppState};
 
 #[derive(Deserialize)]
@@ -48,8 +49,8 @@ fn row_json(r: &MetaRow) -> Value {
 
 pub(crate) async fn search(
     State(app): State<AppState>,
-    Path(id): Path<String>,
-    Query(q): Query<SearchQuery>,
+    ApiPath(id): ApiPath<String>,
+    ApiQuery(q): ApiQuery<SearchQuery>,
 ) -> Result<Json<Value>, ApiError> {
     let found = match (q.key, q.prefix) {
         (Some(k), None) => app.store.meta_by_key(&id, &k).await?,
@@ -111,7 +112,7 @@ fn typed(f: &Fact) -> Result<MetaValue, ApiError> {
 /// one append that carries only facts.
 pub(crate) async fn set(
     State(app): State<AppState>,
-    Path(id): Path<String>,
+    ApiPath(id): ApiPath<String>,
     body: Body,
 ) -> Result<Json<Value>, ApiError> {
     let req: SetMeta = read_json(body).await?;

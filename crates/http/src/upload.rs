@@ -16,7 +16,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use axum::body::Body;
-use axum::extract::{Path, State};
+use axum::extract::State;
 use axum::http::{header, HeaderMap, StatusCode};
 use axum::Json;
 use bytes::Bytes;
@@ -27,6 +27,7 @@ use znippy_format::{InputFile, MetaTable, MetaValue, Source};
 use znippy_store::{AppendReceipt, StoreError};
 
 use crate::error::ApiError;
+use crate::extract::ApiPath;
 use crate::AppState;
 
 /// Chunks buffered per file between the driver and the engine.
@@ -35,6 +36,18 @@ const CHUNKS_IN_FLIGHT: usize = 8;
 const MAX_FIELD: usize = 1 << 20;
 /// Largest pax header or GNU long name read from a tar stream.
 const MAX_TAR_EXTENSION: u64 = 64 << 10;
+
+/// An upload whose bytes are not what they claim (cut short, malformed),
+/// carried through the engine's I/O errors so that it answers 400, not 500.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub(crate) struct BadUpload(String);
+
+impl BadUpload {
+    fn io(message: impl Into<String>) -> io::Error {
+        io::Error::new(io::ErrorKind::InvalidData, BadUpload(message.into()))
+    }
+}
 
 enum Piece {
     Data(Bytes),
@@ -73,12 +86,7 @@ impl Read for BodyReader {
                 Some(Ok(Piece::Data(b))) => self.cur = b,
                 Some(Ok(Piece::End)) => self.done = true,
                 Some(Err(e)) => return Err(e),
-                None => {
-                    return Err(io::Error::new(
-                        io::ErrorKind::UnexpectedEof,
-                        "the upload stopped before this file ended",
-                    ))
-                }
+                None => return Err(BadUpload::io("the upload stopped before this file ended")),
             }
         }
     }
@@ -141,7 +149,7 @@ where
     }
     .await;
     if let Err(Stop::Api(e)) = &result {
-        let _ = tx.send(Err(io::Error::other(e.message.clone()))).await;
+        let _ = tx.send(Err(BadUpload::io(e.message.clone()))).await;
     }
     result
 }
@@ -214,7 +222,7 @@ fn broken_body(e: axum::Error) -> ApiError {
 /// `POST /archives/{id}/files`: multipart or tar.
 pub(crate) async fn post_files(
     State(app): State<AppState>,
-    Path(id): Path<String>,
+    ApiPath(id): ApiPath<String>,
     headers: HeaderMap,
     body: Body,
 ) -> Result<Json<Value>, ApiError> {
@@ -263,7 +271,7 @@ pub(crate) async fn post_files(
 /// `X-Znippy-Mode` header (octal) gives its permission bits.
 pub(crate) async fn put_file(
     State(app): State<AppState>,
-    Path((id, path)): Path<(String, String)>,
+    ApiPath((id, path)): ApiPath<(String, String)>,
     headers: HeaderMap,
     body: Body,
 ) -> Result<Json<Value>, ApiError> {
@@ -383,10 +391,7 @@ impl Read for TarEntry {
         let want = buf.len().min(usize::try_from(s.left).unwrap_or(usize::MAX));
         let n = s.src.read(&mut buf[..want])?;
         if n == 0 {
-            return Err(io::Error::new(
-                io::ErrorKind::UnexpectedEof,
-                "the tar stream ends inside an entry",
-            ));
+            return Err(BadUpload::io("the tar stream ends inside an entry"));
         }
         s.left -= n as u64;
         Ok(n)

@@ -1,0 +1,409 @@
+//! The service end to end over loopback: uploads of every kind, reads with
+//! Range and ETag, listing pages, metadata, seal and download, metrics, and the
+//! API description.
+
+mod common;
+
+use common::*;
+use reqwest::header::{ETAG, IF_NONE_MATCH, RANGE};
+use reqwest::multipart::{Form, Part};
+use reqwest::StatusCode;
+use serde_json::json;
+
+fn tar_of(files: &[(&str, &[u8], u32)]) -> Vec<u8> {
+    let mut b = tar::Builder::new(Vec::new());
+    for (path, data, mode) in files {
+        let mut h = tar::Header::new_gnu();
+        h.set_size(data.len() as u64);
+        h.set_mode(*mode);
+        h.set_entry_type(tar::EntryType::Regular);
+        b.append_data(&mut h, path, *data).unwrap();
+    }
+    b.into_inner().unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn uploads_reads_and_seal() {
+    let s = Server::start(|_| {}).await;
+    let c = client();
+    create(&c, &s, "a", false).await;
+
+    // Multipart, with facts about a file and about the archive.
+    let big = text(1, 5_000_000);
+    let form = Form::new()
+        .part("f", Part::bytes(b"alpha".to_vec()).file_name("src/a.txt"))
+        .part("f", Part::bytes(big.clone()).file_name("data/big.log"))
+        .text("meta", "src/a.txt=version=1.0.2")
+        .text("meta", "src/a.txt=lines=12")
+        .text("meta-archive", "owner=ops");
+    let r = c
+        .post(s.url("/archives/a/files"))
+        .multipart(form)
+        .send()
+        .await
+        .unwrap();
+    let receipt = json(r, StatusCode::OK).await;
+    assert_eq!(receipt["files"], 2);
+    assert_eq!(receipt["bytes"], 5 + big.len() as u64);
+    assert_eq!(receipt["append_seq"], 1);
+
+    // A tar stream, with long names and modes, replacing src/a.txt.
+    let long = format!("deep/{}/file.txt", "d".repeat(150));
+    let tarball = tar_of(&[
+        ("./src/a.txt", b"alpha v2", 0o600),
+        (&long, b"long name", 0o644),
+    ]);
+    let r = c
+        .post(s.url("/archives/a/files"))
+        .header("content-type", "application/x-tar")
+        .body(tarball)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(json(r, StatusCode::OK).await["files"], 2);
+
+    // A raw body with its mode.
+    let r = c
+        .put(s.url("/archives/a/files/bin/tool"))
+        .header("x-znippy-mode", "755")
+        .body(b"#!/bin/sh\n".to_vec())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(json(r, StatusCode::OK).await["append_seq"], 3);
+
+    assert_eq!(get(&c, &s, "a", "src/a.txt").await, b"alpha v2");
+    assert_eq!(get(&c, &s, "a", &long).await, b"long name");
+    assert_eq!(get(&c, &s, "a", "data/big.log").await, big);
+    let listed = list_all(&c, &s, "a", 2).await;
+    let paths: Vec<&str> = listed.iter().map(|(p, _)| p.as_str()).collect();
+    assert_eq!(
+        paths,
+        ["bin/tool", "data/big.log", long.as_str(), "src/a.txt"]
+    );
+    let r = c
+        .get(s.url("/archives/a/files?prefix=src/"))
+        .send()
+        .await
+        .unwrap();
+    let v = json(r, StatusCode::OK).await;
+    assert_eq!(v["files"][0]["path"], "src/a.txt");
+    assert_eq!(v["files"][0]["mode"], 0o600);
+    assert_eq!(v["next"], serde_json::Value::Null);
+
+    // Range, suffix range, open range, HEAD, ETag.
+    let url = s.url("/archives/a/files/data/big.log");
+    let r = c
+        .get(&url)
+        .header(RANGE, "bytes=2097100-2097200")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::PARTIAL_CONTENT);
+    assert_eq!(
+        r.headers()["content-range"],
+        format!("bytes 2097100-2097200/{}", big.len()).as_str()
+    );
+    let etag = r.headers()[ETAG].clone();
+    assert_eq!(&r.bytes().await.unwrap()[..], &big[2_097_100..=2_097_200]);
+    let r = c.get(&url).header(RANGE, "bytes=-10").send().await.unwrap();
+    assert_eq!(&r.bytes().await.unwrap()[..], &big[big.len() - 10..]);
+    let r = c
+        .get(&url)
+        .header(RANGE, "bytes=4999990-")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(&r.bytes().await.unwrap()[..], &big[4_999_990..]);
+    let r = c
+        .get(&url)
+        .header(RANGE, format!("bytes={}-", big.len()))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::RANGE_NOT_SATISFIABLE);
+    let r = c.head(&url).send().await.unwrap();
+    assert_eq!(r.status(), StatusCode::OK);
+    assert_eq!(
+        r.headers()["content-length"],
+        big.len().to_string().as_str()
+    );
+    assert_eq!(r.headers()[ETAG], etag);
+    let r = c
+        .get(&url)
+        .header(IF_NONE_MATCH, etag.clone())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::NOT_MODIFIED);
+    // Content, not time, makes the tag: the same bytes elsewhere, the same tag.
+    put(&c, &s, "a", "copy/big.log", big.clone()).await;
+    let r = c
+        .head(s.url("/archives/a/files/copy/big.log"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.headers()[ETAG], etag);
+
+    // Metadata: hits, no match; and PUT meta with typed JSON values.
+    let r = c
+        .get(s.url("/archives/a/meta?key=version"))
+        .send()
+        .await
+        .unwrap();
+    let v = json(r, StatusCode::OK).await;
+    assert_eq!(v["result"], "hits");
+    assert_eq!(v["rows"][0]["type"], "str");
+    assert_eq!(v["rows"][0]["value"], "1.0.2");
+    let r = c
+        .get(s.url("/archives/a/meta?prefix=nope"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(json(r, StatusCode::OK).await["result"], "no_match");
+    let r = c
+        .put(s.url("/archives/a/meta"))
+        .json(&json!({ "set": [
+            { "path": "bin/tool", "key": "exec", "value": true },
+            { "key": "ratio", "value": 0.5 },
+            { "path": "bin/tool", "key": "sig", "bytes_hex": "00ff" },
+        ]}))
+        .send()
+        .await
+        .unwrap();
+    json(r, StatusCode::OK).await;
+    let r = c
+        .get(s.url("/archives/a/meta?prefix="))
+        .send()
+        .await
+        .unwrap();
+    let rows = json(r, StatusCode::OK).await["rows"].clone();
+    let find = |k: &str| {
+        rows.as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["key"] == k)
+            .cloned()
+            .unwrap()
+    };
+    assert_eq!(find("exec")["type"], "bool");
+    assert_eq!(find("lines")["value"], 12);
+    assert_eq!(find("ratio")["type"], "f64");
+    assert_eq!(find("sig")["value"], "00ff");
+    assert_eq!(find("owner")["path"], serde_json::Value::Null);
+
+    // Delete, then seal and download.
+    let r = c
+        .delete(s.url("/archives/a/files/copy/big.log"))
+        .send()
+        .await
+        .unwrap();
+    json(r, StatusCode::OK).await;
+    let r = c.post(s.url("/archives/a/seal")).send().await.unwrap();
+    let sealed = json(r, StatusCode::OK).await;
+    let r = c
+        .get(s.url("/archives/a/archive.znippy"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::OK);
+    let bytes = r.bytes().await.unwrap().to_vec();
+    assert_eq!(bytes.len() as u64, sealed["size"].as_u64().unwrap());
+    let hash = blake3::hash(&bytes).to_hex().to_string();
+    assert_eq!(sealed["blake3"], hash.as_str());
+    let r = c
+        .get(s.url("/archives/a/archive.znippy"))
+        .header(RANGE, "bytes=-16")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::PARTIAL_CONTENT);
+    assert_eq!(&r.bytes().await.unwrap()[..], &bytes[bytes.len() - 16..]);
+    let archive = znippy_format::Archive::open(bytes).unwrap();
+    archive.verify(2).unwrap();
+    assert_eq!(
+        archive.list("").unwrap(),
+        ["bin/tool", "data/big.log", long.as_str(), "src/a.txt"]
+    );
+    let mut out = Vec::new();
+    archive.read_file("data/big.log", &mut out).unwrap();
+    assert_eq!(out, big);
+    // Reads of a sealed archive go to the sealed file, with the same tags.
+    assert_eq!(get(&c, &s, "a", "src/a.txt").await, b"alpha v2");
+    let r = c.head(&url).send().await.unwrap();
+    assert_eq!(r.headers()[ETAG], etag);
+    // A second seal gives the same answer.
+    let r = c.post(s.url("/archives/a/seal")).send().await.unwrap();
+    assert_eq!(json(r, StatusCode::OK).await["blake3"], hash.as_str());
+
+    let v = json(
+        c.get(s.url("/archives/a")).send().await.unwrap(),
+        StatusCode::OK,
+    )
+    .await;
+    assert_eq!(v["state"], "sealed");
+    assert_eq!(v["files"], 4);
+    s.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metadata_absent_empty_and_found() {
+    let s = Server::start(|_| {}).await;
+    let c = client();
+    create(&c, &s, "none", false).await;
+    create(&c, &s, "empty", true).await;
+    let result = |id: &'static str| {
+        let c = c.clone();
+        let url = s.url(&format!("/archives/{id}/meta?key=k"));
+        async move {
+            let r = c.get(url).send().await.unwrap();
+            json(r, StatusCode::OK).await["result"]
+                .as_str()
+                .unwrap()
+                .to_string()
+        }
+    };
+    assert_eq!(result("none").await, "no_metadata");
+    assert_eq!(result("empty").await, "no_match");
+    put(&c, &s, "none", "f", b"x".to_vec()).await;
+    assert_eq!(result("none").await, "no_metadata");
+    let r = c
+        .put(s.url("/archives/none/meta"))
+        .json(&json!({ "set": [{ "path": "f", "key": "k", "value": 7 }] }))
+        .send()
+        .await
+        .unwrap();
+    json(r, StatusCode::OK).await;
+    assert_eq!(result("none").await, "hits");
+    s.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn listing_pages_cover_everything_once() {
+    let s = Server::start(|_| {}).await;
+    let c = client();
+    create(&c, &s, "p", false).await;
+    let mut form = Form::new();
+    let mut want = Vec::new();
+    for i in 0..250 {
+        let path = format!("d{}/f{i:03}", i % 7);
+        form = form.part("f", Part::bytes(text(i, 100)).file_name(path.clone()));
+        want.push((path, 100));
+    }
+    let r = c
+        .post(s.url("/archives/p/files"))
+        .multipart(form)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(json(r, StatusCode::OK).await["files"], 250);
+    want.sort();
+    for limit in [1, 7, 100, 250, 1000] {
+        assert_eq!(list_all(&c, &s, "p", limit).await, want, "limit {limit}");
+    }
+    s.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn health_metrics_and_openapi() {
+    let s = Server::start(|_| {}).await;
+    let c = client();
+    create(&c, &s, "m", false).await;
+    put(&c, &s, "m", "x", text(3, 10_000)).await;
+    get(&c, &s, "m", "x").await;
+    let r = c.get(s.url("/healthz")).send().await.unwrap();
+    assert_eq!(r.status(), StatusCode::OK);
+    let m = c
+        .get(s.url("/metrics"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    for needle in [
+        "znippy_http_requests_total{method=\"PUT\",status=\"200\"} 1",
+        "znippy_http_bytes_in_total 10000",
+        "znippy_http_bytes_out_total 10000",
+        "znippy_append_seconds_count 1",
+        "znippy_commit_seconds_count 1",
+        "znippy_http_request_seconds_bucket{le=\"+Inf\"}",
+    ] {
+        assert!(m.contains(needle), "{needle} not in\n{m}");
+    }
+
+    // The served description is the checked-in one, and every operation it
+    // documents is routed (none falls through to "no route" or "bad method").
+    let served = c
+        .get(s.url("/openapi.json"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let file = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../docs/openapi.json"
+    ))
+    .unwrap();
+    assert_eq!(served, file);
+    let doc: serde_json::Value = serde_json::from_str(&served).unwrap();
+    let paths = doc["paths"].as_object().unwrap();
+    let mut operations = 0;
+    for (path, ops) in paths {
+        // An archive that does not exist: routing is what is checked, and
+        // nothing is changed by the check.
+        let concrete = path
+            .replace("{id}", "ghost")
+            .replace("{path}", "x")
+            .replace("{ns}", "ghost")
+            .replace("{table}", "files");
+        for method in ops.as_object().unwrap().keys() {
+            let Ok(m) = method.to_uppercase().parse::<reqwest::Method>() else {
+                continue;
+            };
+            let mut req = c.request(m.clone(), s.url(&concrete));
+            if m != reqwest::Method::GET && m != reqwest::Method::HEAD {
+                req = req.header("content-type", "application/json").body("{}");
+            }
+            let r = req.send().await.unwrap();
+            assert_ne!(r.status(), StatusCode::METHOD_NOT_ALLOWED, "{m} {path}");
+            let body = r.text().await.unwrap();
+            assert!(!body.contains("\"no_route\""), "{m} {path}: {body}");
+            operations += 1;
+        }
+    }
+    // Every route of the router is documented.
+    for (path, method) in [
+        ("/archives", "post"),
+        ("/archives", "get"),
+        ("/archives/{id}", "get"),
+        ("/archives/{id}", "delete"),
+        ("/archives/{id}/files", "post"),
+        ("/archives/{id}/files", "get"),
+        ("/archives/{id}/files/{path}", "put"),
+        ("/archives/{id}/files/{path}", "get"),
+        ("/archives/{id}/files/{path}", "head"),
+        ("/archives/{id}/files/{path}", "delete"),
+        ("/archives/{id}/meta", "get"),
+        ("/archives/{id}/meta", "put"),
+        ("/archives/{id}/seal", "post"),
+        ("/archives/{id}/archive.znippy", "get"),
+        ("/iceberg/v1/config", "get"),
+        ("/iceberg/v1/namespaces", "get"),
+        ("/iceberg/v1/namespaces/{ns}", "get"),
+        ("/iceberg/v1/namespaces/{ns}/tables", "get"),
+        ("/iceberg/v1/namespaces/{ns}/tables/{table}", "get"),
+        ("/healthz", "get"),
+        ("/metrics", "get"),
+        ("/openapi.json", "get"),
+    ] {
+        assert!(
+            paths.get(path).and_then(|p| p.get(method)).is_some(),
+            "{method} {path} is not in docs/openapi.json"
+        );
+    }
+    assert!(operations >= 22);
+    s.stop().await;
+}

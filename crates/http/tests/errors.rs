@@ -1,0 +1,581 @@
+//! Every malformed request gets its status and error code, and changes
+//! nothing: the archive's state, its listing and its sidecar are the same
+//! after each one. Then auth: the token for writes, private reads, and the
+//! refusal to open a tokenless service to the network.
+
+mod common;
+
+use common::*;
+use reqwest::{Method, RequestBuilder, StatusCode};
+use serde_json::{json, Value};
+
+const MAX_BODY: u64 = 1 << 20;
+
+struct Case {
+    name: &'static str,
+    req: RequestBuilder,
+    status: StatusCode,
+    code: &'static str,
+}
+
+async fn state(c: &reqwest::Client, s: &Server) -> (Value, Value, Vec<(String, u64)>, u64) {
+    let live = json(
+        c.get(s.url("/archives/a")).send().await.unwrap(),
+        StatusCode::OK,
+    )
+    .await;
+    let sealed = json(
+        c.get(s.url("/archives/s")).send().await.unwrap(),
+        StatusCode::OK,
+    )
+    .await;
+    let files = list_all(c, s, "a", 1000).await;
+    let sidecar = std::fs::metadata(s.dir.path().join("data/blobs/a.znippy"))
+        .unwrap()
+        .len();
+    (live, sealed, files, sidecar)
+}
+
+/// A PUT with `target` sent verbatim on the request line.
+async fn raw_put(s: &Server, target: &str) -> (u16, String) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let addr = s.base.trim_start_matches("http://");
+    let mut conn = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let req = format!(
+        "PUT {target} HTTP/1.1\r\nHost: {addr}\r\nContent-Length: 1\r\nConnection: close\r\n\r\nx"
+    );
+    conn.write_all(req.as_bytes()).await.unwrap();
+    let mut resp = String::new();
+    conn.read_to_string(&mut resp).await.unwrap();
+    let status = resp
+        .split(' ')
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0);
+    let body = resp.split("\r\n\r\n").nth(1).unwrap_or("").to_string();
+    (status, body)
+}
+
+fn multipart(boundary: &str, parts: &[(&str, Option<&str>, &[u8])], close: bool) -> Vec<u8> {
+    let mut b = Vec::new();
+    for (name, file, data) in parts {
+        b.extend_from_slice(format!("--{boundary}\r\n").as_bytes());
+        match file {
+            Some(f) => b.extend_from_slice(
+                format!(
+                    "Content-Disposition: form-data; name=\"{name}\"; filename=\"{f}\"\r\n\r\n"
+                )
+                .as_bytes(),
+            ),
+            None => b.extend_from_slice(
+                format!("Content-Disposition: form-data; name=\"{name}\"\r\n\r\n").as_bytes(),
+            ),
+        }
+        b.extend_from_slice(data);
+        b.extend_from_slice(b"\r\n");
+    }
+    if close {
+        b.extend_from_slice(format!("--{boundary}--\r\n").as_bytes());
+    }
+    b
+}
+
+/// One entry written by hand, so that names a well-behaved tar writer refuses
+/// (`..`) can be sent.
+fn tar_entry(path: &str, kind: tar::EntryType, data: &[u8]) -> Vec<u8> {
+    let mut h = tar::Header::new_gnu();
+    h.as_old_mut().name[..path.len()].copy_from_slice(path.as_bytes());
+    h.set_size(data.len() as u64);
+    h.set_mode(0o644);
+    h.set_entry_type(kind);
+    if kind == tar::EntryType::Symlink {
+        h.set_link_name("/etc/passwd").unwrap();
+    }
+    h.set_cksum();
+    let mut b = tar::Builder::new(Vec::new());
+    b.append(&h, data).unwrap();
+    b.into_inner().unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn malformed_requests_change_nothing() {
+    let s = Server::start(|c| c.max_body = MAX_BODY).await;
+    let c = client();
+    create(&c, &s, "a", true).await;
+    put(&c, &s, "a", "keep/one.txt", text(1, 5000)).await;
+    put(&c, &s, "a", "keep/two.txt", text(2, 700_000)).await;
+    create(&c, &s, "s", false).await;
+    put(&c, &s, "s", "x", b"sealed".to_vec()).await;
+    let r = c.post(s.url("/archives/s/seal")).send().await.unwrap();
+    json(r, StatusCode::OK).await;
+
+    let u = |p: &str| s.url(p);
+    let mp = |parts: &[(&str, Option<&str>, &[u8])], close: bool| {
+        c.post(u("/archives/a/files"))
+            .header("content-type", "multipart/form-data; boundary=XyZ")
+            .body(multipart("XyZ", parts, close))
+    };
+    let tar = |body: Vec<u8>| {
+        c.post(u("/archives/a/files"))
+            .header("content-type", "application/x-tar")
+            .body(body)
+    };
+    let good = text(9, 3000);
+    let mut truncated_tar = tar_entry("t.txt", tar::EntryType::Regular, &text(3, 4000));
+    truncated_tar.truncate(512 + 1000);
+    let cases = vec![
+        Case {
+            name: "create: bad id",
+            req: c.post(u("/archives")).json(&json!({"id": "a/b"})),
+            status: StatusCode::BAD_REQUEST,
+            code: "bad_id",
+        },
+        Case {
+            name: "create: empty id",
+            req: c.post(u("/archives")).json(&json!({"id": ""})),
+            status: StatusCode::BAD_REQUEST,
+            code: "bad_id",
+        },
+        Case {
+            name: "create: exists",
+            req: c.post(u("/archives")).json(&json!({"id": "a"})),
+            status: StatusCode::CONFLICT,
+            code: "exists",
+        },
+        Case {
+            name: "create: unknown field",
+            req: c.post(u("/archives")).json(&json!({"id": "n", "size": 1})),
+            status: StatusCode::BAD_REQUEST,
+            code: "bad_body",
+        },
+        Case {
+            name: "create: not JSON",
+            req: c.post(u("/archives")).body("{"),
+            status: StatusCode::BAD_REQUEST,
+            code: "bad_body",
+        },
+        Case {
+            name: "create: tiny chunks",
+            req: c
+                .post(u("/archives"))
+                .json(&json!({"id": "n", "chunk_size": 1})),
+            status: StatusCode::BAD_REQUEST,
+            code: "bad_property",
+        },
+        Case {
+            name: "create: huge body",
+            req: c.post(u("/archives")).body(vec![b' '; 2 << 20]),
+            status: StatusCode::PAYLOAD_TOO_LARGE,
+            code: "too_large",
+        },
+        Case {
+            name: "put: dot-dot",
+            req: c.put(u("/archives/a/files/x/..%2Fy")).body("x"),
+            status: StatusCode::BAD_REQUEST,
+            code: "bad_path",
+        },
+        Case {
+            name: "put: leading dot-dot",
+            req: c.put(u("/archives/a/files/..%2F..%2Fetc/x")).body("x"),
+            status: StatusCode::BAD_REQUEST,
+            code: "bad_path",
+        },
+        Case {
+            name: "put: NUL",
+            req: c.put(u("/archives/a/files/x%00y")).body("x"),
+            status: StatusCode::BAD_REQUEST,
+            code: "bad_path",
+        },
+        Case {
+            name: "put: absolute",
+            req: c.put(u("/archives/a/files/%2Fetc%2Fpasswd")).body("x"),
+            status: StatusCode::BAD_REQUEST,
+            code: "bad_path",
+        },
+        Case {
+            name: "put: empty component",
+            req: c.put(u("/archives/a/files/x//y")).body("x"),
+            status: StatusCode::BAD_REQUEST,
+            code: "bad_path",
+        },
+        Case {
+            name: "put: not UTF-8",
+            req: c.put(u("/archives/a/files/x%FFy")).body("x"),
+            status: StatusCode::BAD_REQUEST,
+            code: "bad_path",
+        },
+        Case {
+            name: "put: no archive",
+            req: c.put(u("/archives/nope/files/x")).body("x"),
+            status: StatusCode::NOT_FOUND,
+            code: "no_archive",
+        },
+        Case {
+            name: "put: too large",
+            req: c
+                .put(u("/archives/a/files/big"))
+                .body(vec![7u8; MAX_BODY as usize + 1]),
+            status: StatusCode::PAYLOAD_TOO_LARGE,
+            code: "too_large",
+        },
+        Case {
+            name: "put: bad mode",
+            req: c
+                .put(u("/archives/a/files/m"))
+                .header("x-znippy-mode", "rwx")
+                .body("x"),
+            status: StatusCode::BAD_REQUEST,
+            code: "bad_mode",
+        },
+        Case {
+            name: "put: sealed",
+            req: c.put(u("/archives/s/files/y")).body("x"),
+            status: StatusCode::CONFLICT,
+            code: "sealed",
+        },
+        Case {
+            name: "post: media type",
+            req: c
+                .post(u("/archives/a/files"))
+                .header("content-type", "text/plain")
+                .body("x"),
+            status: StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            code: "bad_media_type",
+        },
+        Case {
+            name: "post: no boundary",
+            req: c
+                .post(u("/archives/a/files"))
+                .header("content-type", "multipart/form-data")
+                .body("x"),
+            status: StatusCode::BAD_REQUEST,
+            code: "bad_body",
+        },
+        Case {
+            name: "multipart: cut short",
+            req: mp(
+                &[
+                    ("f", Some("ok.txt"), &good),
+                    ("f", Some("cut.txt"), b"partial"),
+                ],
+                false,
+            ),
+            status: StatusCode::BAD_REQUEST,
+            code: "bad_body",
+        },
+        Case {
+            name: "multipart: unknown field",
+            req: mp(
+                &[("f", Some("ok.txt"), &good), ("color", None, b"red")],
+                true,
+            ),
+            status: StatusCode::BAD_REQUEST,
+            code: "bad_field",
+        },
+        Case {
+            name: "multipart: bad fact",
+            req: mp(
+                &[
+                    ("f", Some("ok.txt"), &good),
+                    ("meta", None, b"no-equals-sign"),
+                ],
+                true,
+            ),
+            status: StatusCode::BAD_REQUEST,
+            code: "bad_meta",
+        },
+        Case {
+            name: "multipart: fact about a bad path",
+            req: mp(
+                &[("meta", None, b"../x=k=v"), ("f", Some("ok.txt"), &good)],
+                true,
+            ),
+            status: StatusCode::BAD_REQUEST,
+            code: "bad_meta",
+        },
+        Case {
+            name: "multipart: bad path after a good file",
+            req: mp(
+                &[("f", Some("ok.txt"), &good), ("f", Some("../escape"), b"x")],
+                true,
+            ),
+            status: StatusCode::BAD_REQUEST,
+            code: "bad_path",
+        },
+        Case {
+            name: "multipart: too large",
+            req: mp(
+                &[
+                    ("f", Some("ok.txt"), &good),
+                    ("f", Some("big"), &vec![1u8; MAX_BODY as usize]),
+                ],
+                true,
+            ),
+            status: StatusCode::PAYLOAD_TOO_LARGE,
+            code: "too_large",
+        },
+        Case {
+            name: "tar: garbage",
+            req: tar(vec![b'x'; 1024]),
+            status: StatusCode::BAD_REQUEST,
+            code: "bad_input",
+        },
+        Case {
+            name: "tar: cut inside an entry",
+            req: tar(truncated_tar),
+            status: StatusCode::BAD_REQUEST,
+            code: "bad_body",
+        },
+        Case {
+            name: "tar: symlink",
+            req: tar(tar_entry("link", tar::EntryType::Symlink, b"")),
+            status: StatusCode::BAD_REQUEST,
+            code: "bad_input",
+        },
+        Case {
+            name: "tar: escaping path",
+            req: tar(tar_entry("ok/../../x", tar::EntryType::Regular, b"x")),
+            status: StatusCode::BAD_REQUEST,
+            code: "bad_path",
+        },
+        Case {
+            name: "list: limit 0",
+            req: c.get(u("/archives/a/files?limit=0")),
+            status: StatusCode::BAD_REQUEST,
+            code: "bad_limit",
+        },
+        Case {
+            name: "list: limit not a number",
+            req: c.get(u("/archives/a/files?limit=many")),
+            status: StatusCode::BAD_REQUEST,
+            code: "bad_query",
+        },
+        Case {
+            name: "meta: both key and prefix",
+            req: c.get(u("/archives/a/meta?key=a&prefix=b")),
+            status: StatusCode::BAD_REQUEST,
+            code: "bad_query",
+        },
+        Case {
+            name: "meta: array value",
+            req: c
+                .put(u("/archives/a/meta"))
+                .json(&json!({"set": [{"key": "k", "value": [1]}]})),
+            status: StatusCode::BAD_REQUEST,
+            code: "bad_meta",
+        },
+        Case {
+            name: "meta: bad hex",
+            req: c
+                .put(u("/archives/a/meta"))
+                .json(&json!({"set": [{"key": "k", "bytes_hex": "zz"}]})),
+            status: StatusCode::BAD_REQUEST,
+            code: "bad_meta",
+        },
+        Case {
+            name: "meta: empty key",
+            req: c
+                .put(u("/archives/a/meta"))
+                .json(&json!({"set": [{"key": "", "value": 1}]})),
+            status: StatusCode::BAD_REQUEST,
+            code: "bad_meta",
+        },
+        Case {
+            name: "meta: sealed",
+            req: c
+                .put(u("/archives/s/meta"))
+                .json(&json!({"set": [{"key": "k", "value": 1}]})),
+            status: StatusCode::CONFLICT,
+            code: "sealed",
+        },
+        Case {
+            name: "get: no file",
+            req: c.get(u("/archives/a/files/missing")),
+            status: StatusCode::NOT_FOUND,
+            code: "no_file",
+        },
+        Case {
+            name: "get: range past the end",
+            req: c
+                .get(u("/archives/a/files/keep/one.txt"))
+                .header("range", "bytes=5000-"),
+            status: StatusCode::RANGE_NOT_SATISFIABLE,
+            code: "bad_range",
+        },
+        Case {
+            name: "delete: no file",
+            req: c.delete(u("/archives/a/files/missing")),
+            status: StatusCode::NOT_FOUND,
+            code: "no_file",
+        },
+        Case {
+            name: "delete: sealed",
+            req: c.delete(u("/archives/s/files/x")),
+            status: StatusCode::CONFLICT,
+            code: "sealed",
+        },
+        Case {
+            name: "download: live",
+            req: c.get(u("/archives/a/archive.znippy")),
+            status: StatusCode::CONFLICT,
+            code: "not_sealed",
+        },
+        Case {
+            name: "seal: no archive",
+            req: c.post(u("/archives/nope/seal")),
+            status: StatusCode::NOT_FOUND,
+            code: "no_archive",
+        },
+        Case {
+            name: "drop: no archive",
+            req: c.delete(u("/archives/nope")),
+            status: StatusCode::NOT_FOUND,
+            code: "no_archive",
+        },
+        Case {
+            name: "method",
+            req: c.request(Method::PATCH, u("/archives/a")),
+            status: StatusCode::METHOD_NOT_ALLOWED,
+            code: "bad_method",
+        },
+        Case {
+            name: "route",
+            req: c.get(u("/nothing/here")),
+            status: StatusCode::NOT_FOUND,
+            code: "no_route",
+        },
+    ];
+    let before = state(&c, &s).await;
+    for case in cases {
+        let r = case.req.send().await.unwrap();
+        let status = r.status();
+        let text = r.text().await.unwrap();
+        assert_eq!(status, case.status, "{}: {text}", case.name);
+        let v: Value =
+            serde_json::from_str(&text).unwrap_or_else(|_| panic!("{}: {text}", case.name));
+        assert_eq!(v["error"]["code"], case.code, "{}: {text}", case.name);
+        assert!(v["error"]["message"]
+            .as_str()
+            .is_some_and(|m| !m.is_empty()));
+        assert_eq!(
+            state(&c, &s).await,
+            before,
+            "{} changed the archive",
+            case.name
+        );
+    }
+    // Dot segments as the bytes of the request line: URL libraries resolve
+    // them before sending, a hostile client does not.
+    for target in [
+        "/archives/a/files/x/../y",
+        "/archives/a/files/../../../etc/x",
+    ] {
+        let (status, body) = raw_put(&s, target).await;
+        assert_eq!(status, 400, "{target}: {body}");
+        assert!(
+            body.contains("bad_path") || body.contains("no_route"),
+            "{target}: {body}"
+        );
+        assert_eq!(state(&c, &s).await, before, "{target} changed the archive");
+    }
+    // And the archive still takes a good append afterwards.
+    put(&c, &s, "a", "after.txt", text(5, 100)).await;
+    assert_eq!(get(&c, &s, "a", "keep/two.txt").await, text(2, 700_000));
+    assert_eq!(get(&c, &s, "a", "after.txt").await, text(5, 100));
+    s.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn token_guards_writes_and_private_reads() {
+    let s = Server::start(|c| c.token = Some("s3cret".into())).await;
+    let c = client();
+    let create = |token: Option<&str>| {
+        let mut r = c.post(s.url("/archives")).json(&json!({"id": "t"}));
+        if let Some(t) = token {
+            r = r.bearer_auth(t);
+        }
+        r.send()
+    };
+    assert_eq!(
+        error_code(create(None).await.unwrap(), StatusCode::UNAUTHORIZED).await,
+        "unauthorized"
+    );
+    assert_eq!(
+        error_code(create(Some("guess")).await.unwrap(), StatusCode::FORBIDDEN).await,
+        "forbidden"
+    );
+    json(create(Some("s3cret")).await.unwrap(), StatusCode::CREATED).await;
+    let r = c
+        .put(s.url("/archives/t/files/x"))
+        .body("x")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        error_code(r, StatusCode::UNAUTHORIZED).await,
+        "unauthorized"
+    );
+    let r = c
+        .put(s.url("/archives/t/files/x"))
+        .bearer_auth("s3cret")
+        .body("x")
+        .send()
+        .await
+        .unwrap();
+    json(r, StatusCode::OK).await;
+    // Reads are public by default.
+    assert_eq!(get(&c, &s, "t", "x").await, b"x");
+    let r = c.get(s.url("/iceberg/v1/namespaces")).send().await.unwrap();
+    assert_eq!(r.status(), StatusCode::OK);
+    s.stop().await;
+
+    let s = Server::start(|c| {
+        c.token = Some("s3cret".into());
+        c.private_reads = true;
+    })
+    .await;
+    for path in ["/archives", "/archives/t/files/x", "/iceberg/v1/namespaces"] {
+        let r = c.get(s.url(path)).send().await.unwrap();
+        assert_eq!(
+            error_code(r, StatusCode::UNAUTHORIZED).await,
+            "unauthorized",
+            "{path}"
+        );
+    }
+    let r = c
+        .get(s.url("/archives"))
+        .bearer_auth("s3cret")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::OK);
+    // Health and metrics stay open for probes.
+    assert_eq!(
+        c.get(s.url("/healthz")).send().await.unwrap().status(),
+        StatusCode::OK
+    );
+    s.stop().await;
+}
+
+#[tokio::test]
+async fn no_token_no_network() {
+    let open = znippy_http::Config {
+        listen: "0.0.0.0:0".parse().unwrap(),
+        ..Default::default()
+    };
+    let err = znippy_http::bind(&open).await.unwrap_err();
+    assert!(
+        matches!(err, znippy_http::ServeError::OpenToNetwork(_)),
+        "{err}"
+    );
+    let with_token = znippy_http::Config {
+        token: Some("t".into()),
+        ..open.clone()
+    };
+    znippy_http::bind(&with_token).await.unwrap();
+    let told = znippy_http::Config {
+        insecure_open: true,
+        ..open
+    };
+    znippy_http::bind(&told).await.unwrap();
+}
