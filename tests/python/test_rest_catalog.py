@@ -310,6 +310,7 @@ def summary_of(table):
 
 BIG = "data/big.bin"
 UNICODE = "données/ünïcödé €.txt"
+UNICODE_DATA = "héllo wörld\n".encode()
 
 
 def test_duckdb_attached_once_follows_appends(server, duck):
@@ -327,14 +328,15 @@ def test_duckdb_attached_once_follows_appends(server, duck):
                               meta_archive=["owner=team"])
     assert r["files"] == len(batch1)
     server.put(aid, BIG, big)
-    server.put(aid, UNICODE, "héllo wörld\n".encode())
+    server.put(aid, UNICODE, UNICODE_DATA)
 
     attach(duck, server)  # once, for the whole test
     tables = {(db, schema, name) for db, schema, name, *_ in
               duck.execute("SHOW ALL TABLES").fetchall()}
     assert {("z", aid, "files"), ("z", aid, "meta")} <= tables
 
-    expected = {p: len(d) for p, d in batch1.items()} | {BIG: len(big), UNICODE: 13}
+    expected = {p: len(d) for p, d in batch1.items()}
+    expected |= {BIG: len(big), UNICODE: len(UNICODE_DATA)}
     assert server.listing(aid) == expected
     assert duck_live(duck, aid) == expected
     slices = duck.execute(f"SELECT count(*) FROM {ident(aid, 'files')} WHERE relative_path = ?",
@@ -471,9 +473,9 @@ def test_pyiceberg_rest_catalog(server):
 
 
 def test_append_in_flight_is_invisible(server, duck):
-    """While a batch is still being uploaded, readers see the previous state
-    (no file of the batch, not the blob bytes already written); once it is
-    acknowledged, their next query sees all of it."""
+    """While a batch is still being uploaded (its first file sent whole, the
+    body not ended), readers see the previous snapshot and nothing of the
+    batch; once it is acknowledged, their next query sees all of it."""
     aid = "flight"
     server.create(aid)
     server.put(aid, "first.txt", b"first\n")
@@ -501,14 +503,20 @@ def test_append_in_flight_is_invisible(server, duck):
 
     def upload():
         # A generator body goes out with Transfer-Encoding: chunked.
-        result["r"] = server.request(
-            "POST", f"/archives/{aid}/files", body(),
-            {"Content-Type": f"multipart/form-data; boundary={boundary}"})
+        try:
+            result["r"] = server.request(
+                "POST", f"/archives/{aid}/files", body(),
+                {"Content-Type": f"multipart/form-data; boundary={boundary}"})
+        except BaseException as e:  # reported by the main thread
+            result["error"] = e
+        finally:
+            sent.set()  # never leave the main thread waiting
 
     uploader = threading.Thread(target=upload)
     uploader.start()
     try:
         assert sent.wait(HTTP_TIMEOUT)
+        assert "error" not in result and "r" not in result, (result, server.logs())
         # The batch cannot have committed: its body has not ended.
         assert duck_live(duck, aid) == before
         assert duck_meta(duck, aid) == set()
@@ -519,6 +527,7 @@ def test_append_in_flight_is_invisible(server, duck):
         go.set()
         uploader.join(HTTP_TIMEOUT)
     assert not uploader.is_alive()
+    assert "error" not in result, (result, server.logs())
     r = result["r"]
     assert r.status == 200, (r, server.logs())
     assert r.json()["files"] == 2

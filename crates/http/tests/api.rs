@@ -360,9 +360,11 @@ async fn health_metrics_and_openapi() {
             .replace("{ns}", "ghost")
             .replace("{table}", "files");
         for method in ops.as_object().unwrap().keys() {
-            let Ok(m) = method.to_uppercase().parse::<reqwest::Method>() else {
+            // Path-level keys such as "parameters" are not operations.
+            if !["get", "head", "post", "put", "delete", "patch"].contains(&method.as_str()) {
                 continue;
-            };
+            }
+            let m: reqwest::Method = method.to_uppercase().parse().unwrap();
             let mut req = c.request(m.clone(), s.url(&concrete));
             if m != reqwest::Method::GET && m != reqwest::Method::HEAD {
                 req = req.header("content-type", "application/json").body("{}");
@@ -370,7 +372,10 @@ async fn health_metrics_and_openapi() {
             let r = req.send().await.unwrap();
             assert_ne!(r.status(), StatusCode::METHOD_NOT_ALLOWED, "{m} {path}");
             let body = r.text().await.unwrap();
-            assert!(!body.contains("\"no_route\""), "{m} {path}: {body}");
+            let code = serde_json::from_str::<serde_json::Value>(&body)
+                .ok()
+                .and_then(|v| v["error"]["code"].as_str().map(str::to_string));
+            assert_ne!(code.as_deref(), Some("no_route"), "{m} {path}");
             operations += 1;
         }
     }

@@ -1,0 +1,90 @@
+//! 16 clients append to 4 archives at once; afterwards every archive lists
+//! exactly the files its clients were told were stored, once each, and every
+//! one reads back byte for byte.
+
+mod common;
+
+use std::collections::BTreeMap;
+
+use common::*;
+use reqwest::multipart::{Form, Part};
+use reqwest::StatusCode;
+
+const ARCHIVES: usize = 4;
+const CLIENTS: usize = 16;
+const BATCHES: usize = 6;
+const FILES: usize = 5;
+
+fn content(client: usize, batch: usize, file: usize) -> Vec<u8> {
+    text((client * 1000 + batch * 10 + file) as u64, 200 + 997 * file)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn sixteen_clients_four_archives() {
+    let s = Server::start(|_| {}).await;
+    let c = client();
+    for a in 0..ARCHIVES {
+        create(&c, &s, &format!("arc{a}"), false).await;
+    }
+    let mut tasks = Vec::new();
+    for client_no in 0..CLIENTS {
+        let c = c.clone();
+        let base = s.base.clone();
+        tasks.push(tokio::spawn(async move {
+            let id = format!("arc{}", client_no % ARCHIVES);
+            let mut seqs = Vec::new();
+            for batch in 0..BATCHES {
+                let mut form = Form::new();
+                for file in 0..FILES {
+                    let path = format!("c{client_no}/b{batch}/f{file}");
+                    let data = content(client_no, batch, file);
+                    form = form.part("f", Part::bytes(data).file_name(path));
+                }
+                let r = c
+                    .post(format!("{base}/archives/{id}/files"))
+                    .multipart(form)
+                    .send()
+                    .await
+                    .unwrap();
+                let v = json(r, StatusCode::OK).await;
+                assert_eq!(v["files"], FILES as u64);
+                seqs.push(v["append_seq"].as_u64().unwrap());
+            }
+            (id, seqs)
+        }));
+    }
+    let mut seqs: BTreeMap<String, Vec<u64>> = BTreeMap::new();
+    for t in tasks {
+        let (id, s) = t.await.unwrap();
+        seqs.entry(id).or_default().extend(s);
+    }
+    // Commits to one archive were serialized: each got its own number.
+    for (id, mut s) in seqs {
+        s.sort();
+        let want: Vec<u64> = (1..=(CLIENTS / ARCHIVES * BATCHES) as u64).collect();
+        assert_eq!(s, want, "append numbers of {id}");
+    }
+    for a in 0..ARCHIVES {
+        let id = format!("arc{a}");
+        let mut want = Vec::new();
+        for client_no in (a..CLIENTS).step_by(ARCHIVES) {
+            for batch in 0..BATCHES {
+                for file in 0..FILES {
+                    let path = format!("c{client_no}/b{batch}/f{file}");
+                    want.push((path, content(client_no, batch, file)));
+                }
+            }
+        }
+        want.sort();
+        let listed = list_all(&c, &s, &id, 37).await;
+        let expect: Vec<(String, u64)> = want
+            .iter()
+            .map(|(p, d)| (p.clone(), d.len() as u64))
+            .collect();
+        assert_eq!(listed, expect, "listing of {id}");
+        for (path, data) in &want {
+            assert_eq!(&get(&c, &s, &id, path).await, data, "{id}/{path}");
+        }
+    }
+    s.stop().await;
+}
