@@ -88,3 +88,64 @@ async fn sixteen_clients_four_archives() {
     }
     s.stop().await;
 }
+
+/// An upload that stalls halfway holds up other changes to its archive but
+/// no read of it: listing, inspecting and reading all answer while it waits,
+/// and see the state before it. Once it finishes, it is there.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stalled_upload_does_not_block_reads() {
+    let s = Server::start(|_| {}).await;
+    let c = client();
+    create(&c, &s, "r", false).await;
+    put(&c, &s, "r", "before.txt", text(1, 1000)).await;
+
+    let (release_tx, release_rx) = tokio::sync::oneshot::channel::<()>();
+    let first = bytes::Bytes::from(text(2, 3_000_000));
+    let second = bytes::Bytes::from(text(3, 1_000_000));
+    // Sends the first part, then waits for the release before the rest.
+    let body = futures::stream::unfold((0u8, Some(release_rx)), move |(step, gate)| {
+        let (first, second) = (first.clone(), second.clone());
+        async move {
+            match step {
+                0 => Some((Ok::<_, std::io::Error>(first), (1, gate))),
+                1 => {
+                    if let Some(g) = gate {
+                        let _ = g.await;
+                    }
+                    Some((Ok(second), (2, None)))
+                }
+                _ => None,
+            }
+        }
+    });
+    let upload = tokio::spawn({
+        let c = c.clone();
+        let url = s.url("/archives/r/files/stalled.bin");
+        async move {
+            c.put(url)
+                .body(reqwest::Body::wrap_stream(body))
+                .send()
+                .await
+                .unwrap()
+        }
+    });
+    let deadline = std::time::Duration::from_secs(60);
+    let reads = async {
+        let listed = list_all(&c, &s, "r", 100).await;
+        assert_eq!(listed, [("before.txt".to_string(), 1000)]);
+        assert_eq!(get(&c, &s, "r", "before.txt").await, text(1, 1000));
+        let v = json(c.get(s.url("/archives/r")).send().await.unwrap(), StatusCode::OK).await;
+        assert_eq!(v["files"], 1);
+    };
+    tokio::time::timeout(deadline, reads)
+        .await
+        .expect("reads waited for a stalled upload");
+    assert!(!upload.is_finished());
+    release_tx.send(()).unwrap();
+    let r = upload.await.unwrap();
+    json(r, StatusCode::OK).await;
+    let mut want = text(2, 3_000_000);
+    want.extend(text(3, 1_000_000));
+    assert_eq!(get(&c, &s, "r", "stalled.bin").await, want);
+    s.stop().await;
+}

@@ -18,7 +18,6 @@
 //! committed to `meta`.
 
 use std::collections::{BTreeMap, HashMap};
-use std::future::Future;
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -27,8 +26,8 @@ use iceberg::table::Table;
 use iceberg::transaction::{ApplyTransactionAction, Transaction};
 use iceberg::{Catalog, NamespaceIdent, TableIdent};
 use znippy_format::{
-    check_file_rows, ArchiveProps, BlobRegion, Engine, Entry, InputFile, MetaTable, Metadata,
-    ReadAt, SliceRow,
+    check_file_rows, ArchiveProps, BatchStats, BlobRegion, Engine, Entry, InputFile, MetaTable,
+    Metadata, ReadAt, SliceRow,
 };
 
 use crate::catalog::{RedbCatalog, BLOB_END_KEY};
@@ -76,6 +75,41 @@ pub struct AppendReceipt {
     pub blob_end: u64,
     /// How long the Iceberg commit took (blobs were durable before it).
     pub commit_time: std::time::Duration,
+}
+
+/// An append between its first and last step.
+pub(crate) struct PendingBlobs {
+    engine: Engine,
+    sidecar: Arc<Sidecar>,
+    start: u64,
+}
+
+/// The middle of an append: streams `files` through the engine into the
+/// sidecar past the committed end and makes them durable. Holds no lock on the
+/// archive's state: nothing it writes is reachable before the commit.
+pub(crate) async fn write_blobs<I>(
+    pending: PendingBlobs,
+    files: I,
+) -> Result<(Engine, Result<(Vec<SliceRow>, BatchStats)>)>
+where
+    I: IntoIterator<Item = znippy_format::Result<InputFile>> + Send + 'static,
+    I::IntoIter: Send,
+{
+    let PendingBlobs {
+        mut engine,
+        sidecar,
+        start,
+    } = pending;
+    tokio::task::spawn_blocking(move || {
+        let mut out = sidecar.writer_at(start);
+        let r = engine.write_batch(files, &mut out, &mut |_| {});
+        let r = r
+            .map_err(StoreError::from)
+            .and_then(|x| sidecar.sync().map(|_| x));
+        (engine, r)
+    })
+    .await
+    .map_err(|e| StoreError::Corrupt(format!("compression task: {e}")))
 }
 
 /// Everything a seal needs, taken under the archive's lock.
@@ -333,50 +367,45 @@ impl LiveArchive {
         FileReader::new(path, file.rows.clone(), region, src)
     }
 
-    /// Appends one batch (and metadata rows) as one commit.
-    pub(crate) async fn append<I, M>(
-        &mut self,
-        catalog: &RedbCatalog,
-        files: I,
-        meta: M,
-    ) -> Result<AppendReceipt>
-    where
-        I: IntoIterator<Item = znippy_format::Result<InputFile>> + Send + 'static,
-        I::IntoIter: Send,
-        M: Future<Output = Result<Option<MetaTable>>>,
-    {
+    /// The first step of an append: what writing its blobs needs. The caller
+    /// holds the archive's writer lock from here to [`LiveArchive::finish_append`],
+    /// but the state lock only for this call, so reads go on meanwhile.
+    pub(crate) fn begin_append(&mut self) -> Result<PendingBlobs> {
         if self.sealed.is_some() {
             return Err(StoreError::Sealed(self.id.clone()));
         }
-        let seq = self.append_seq + 1;
-        let mut engine = match self.engine.take() {
+        let engine = match self.engine.take() {
             Some(e) => e,
             None => self.fresh_engine()?,
         };
-        let sidecar = Arc::clone(&self.sidecar);
-        let start = self.blob_end;
-        let written = tokio::task::spawn_blocking(move || {
-            let mut out = sidecar.writer_at(start);
-            let r = engine.write_batch(files, &mut out, &mut |_| {});
-            let r = r
-                .map_err(StoreError::from)
-                .and_then(|x| sidecar.sync().map(|_| x));
-            (engine, r)
+        Ok(PendingBlobs {
+            engine,
+            sidecar: Arc::clone(&self.sidecar),
+            start: self.blob_end,
         })
-        .await
-        .map_err(|e| StoreError::Corrupt(format!("compression task: {e}")))?;
-        let (engine, result) = written;
-        // Metadata may arrive after the files (a multipart upload can carry it
-        // last); it is complete once the files are.
-        let mut commit_start = std::time::Instant::now();
-        let result = match result {
-            Ok(written) => meta.await.map(|meta| (written, meta)),
-            Err(e) => Err(e),
-        };
+    }
+
+    /// Ends an append that committed nothing: cuts the blobs it wrote back off
+    /// the sidecar and forgets them.
+    pub(crate) fn abandon_append(&mut self) -> Result<()> {
+        self.sidecar.truncate(self.blob_end)?;
+        self.engine = Some(self.fresh_engine()?);
+        Ok(())
+    }
+
+    /// The last step of an append: commits what [`write_blobs`] wrote, or, if
+    /// anything failed, cuts the sidecar back to the committed end.
+    pub(crate) async fn finish_append(
+        &mut self,
+        catalog: &RedbCatalog,
+        engine: Engine,
+        result: Result<(Vec<SliceRow>, BatchStats, Option<MetaTable>)>,
+    ) -> Result<AppendReceipt> {
+        let seq = self.append_seq + 1;
+        let commit_start = std::time::Instant::now();
         let committed = match result {
-            Ok(((rows, stats), meta)) => {
+            Ok((rows, stats, meta)) => {
                 let new_end = engine.blob_end();
-                commit_start = std::time::Instant::now();
                 match self
                     .commit_files(catalog, seq, &rows, meta.as_ref(), new_end)
                     .await
@@ -390,9 +419,7 @@ impl LiveArchive {
         let (snapshot_id, pending, rows, stats, meta) = match committed {
             Ok(c) => c,
             Err(e) => {
-                // Nothing was committed: cut the blobs back and forget them.
-                self.sidecar.truncate(self.blob_end)?;
-                self.engine = Some(self.fresh_engine()?);
+                self.abandon_append()?;
                 return Err(e);
             }
         };

@@ -180,12 +180,36 @@ async fn run_to_end<T: Send + 'static>(
         .map_err(|e| StoreError::Corrupt(format!("archive task failed: {e}")))?
 }
 
+/// One open archive.
+///
+/// Two locks, so that reads never wait for an upload: `writer` is held for a
+/// whole change (an append streaming its upload, a delete, a seal), which
+/// serializes changes; `state` only while the derived state is read or, at
+/// the end of a change, updated.
+pub(crate) struct Slot {
+    writer: Arc<Mutex<()>>,
+    state: Mutex<LiveArchive>,
+}
+
+/// An archive held for sealing: no other change can start until
+/// [`Store::finish_seal`] (or until this is dropped).
+pub struct SealGuard {
+    slot: Arc<Slot>,
+    _writer: OwnedMutexGuard<()>,
+}
+
+impl std::fmt::Debug for SealGuard {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SealGuard").finish_non_exhaustive()
+    }
+}
+
 /// A data directory of live archives.
 pub struct Store {
     catalog: RedbCatalog,
     dir: PathBuf,
     threads: usize,
-    open: Mutex<HashMap<String, Arc<Mutex<LiveArchive>>>>,
+    open: Mutex<HashMap<String, Arc<Slot>>>,
 }
 
 impl std::fmt::Debug for Store {
@@ -277,7 +301,7 @@ impl Store {
     }
 
     /// The archive, opened (and recovered) on first use.
-    pub async fn archive(&self, id: &str) -> Result<Arc<Mutex<LiveArchive>>> {
+    async fn slot(&self, id: &str) -> Result<Arc<Slot>> {
         check_id(id)?;
         let mut open = self.open.lock().await;
         if let Some(a) = open.get(id) {
@@ -289,15 +313,18 @@ impl Store {
         }
         let a =
             LiveArchive::open(&self.catalog, id, &ns, self.sidecar_path(id), self.threads).await?;
-        let a = Arc::new(Mutex::new(a));
-        open.insert(id.to_string(), Arc::clone(&a));
-        Ok(a)
+        let slot = Arc::new(Slot {
+            writer: Arc::new(Mutex::new(())),
+            state: Mutex::new(a),
+        });
+        open.insert(id.to_string(), Arc::clone(&slot));
+        Ok(slot)
     }
 
     /// What the archive holds.
     pub async fn info(&self, id: &str) -> Result<ArchiveInfo> {
-        let a = self.archive(id).await?;
-        let a = a.lock().await;
+        let slot = self.slot(id).await?;
+        let a = slot.state.lock().await;
         Ok(ArchiveInfo {
             id: id.to_string(),
             state: if a.sealed.is_some() {
@@ -322,8 +349,9 @@ impl Store {
 
     /// Drops the archive: its tables, namespace and sidecar.
     pub async fn drop_archive(&self, id: &str) -> Result<()> {
-        let a = self.archive(id).await?;
-        let a = a.lock().await;
+        let slot = self.slot(id).await?;
+        let _writer = slot.writer.lock().await;
+        let a = slot.state.lock().await;
         let ns = Self::ns(id);
         for t in [&a.files_ident, &a.meta_ident] {
             self.catalog.purge_table(t).await?;
@@ -365,19 +393,42 @@ impl Store {
         I::IntoIter: Send,
         M: std::future::Future<Output = Result<Option<MetaTable>>> + Send + 'static,
     {
-        let a = self.archive(id).await?;
-        let mut a = a.lock_owned().await;
+        let slot = self.slot(id).await?;
         let catalog = self.catalog.clone();
-        run_to_end(async move { a.append(&catalog, files, meta).await }).await
+        run_to_end(async move {
+            let _writer = slot.writer.lock().await;
+            let pending = slot.state.lock().await.begin_append()?;
+            let written = match archive::write_blobs(pending, files).await {
+                Ok(w) => w,
+                Err(e) => {
+                    slot.state.lock().await.abandon_append()?;
+                    return Err(e);
+                }
+            };
+            let (engine, result) = written;
+            // Metadata may come after the files (a multipart upload can carry
+            // it last); it is complete once they are.
+            let result = match result {
+                Ok((rows, stats)) => meta.await.map(|m| (rows, stats, m)),
+                Err(e) => Err(e),
+            };
+            let mut state = slot.state.lock().await;
+            state.finish_append(&catalog, engine, result).await
+        })
+        .await
     }
 
     /// Deletes one file (a tombstone row).
     pub async fn delete_file(&self, id: &str, path: &str) -> Result<i64> {
-        let a = self.archive(id).await?;
-        let mut a = a.lock_owned().await;
+        let slot = self.slot(id).await?;
         let catalog = self.catalog.clone();
         let path = path.to_string();
-        run_to_end(async move { a.delete(&catalog, &path).await }).await
+        run_to_end(async move {
+            let _writer = slot.writer.lock().await;
+            let mut state = slot.state.lock().await;
+            state.delete(&catalog, &path).await
+        })
+        .await
     }
 
     /// Writes one file's bytes to `out`, verified.
@@ -393,15 +444,15 @@ impl Store {
     /// Opens one file for reading. The archive's lock is held only to take the
     /// file's rows, so long reads do not hold up appends.
     pub async fn open_file(&self, id: &str, path: &str) -> Result<FileReader> {
-        let a = self.archive(id).await?;
-        let a = a.lock().await;
+        let slot = self.slot(id).await?;
+        let a = slot.state.lock().await;
         a.open_file(path)
     }
 
     /// Live files whose paths start with `prefix`, in path order.
     pub async fn list_files(&self, id: &str, prefix: &str) -> Result<Vec<Entry>> {
-        let a = self.archive(id).await?;
-        let a = a.lock().await;
+        let slot = self.slot(id).await?;
+        let a = slot.state.lock().await;
         Ok(a.entries(prefix))
     }
 
@@ -414,29 +465,29 @@ impl Store {
         after: Option<&str>,
         limit: usize,
     ) -> Result<Vec<Entry>> {
-        let a = self.archive(id).await?;
-        let a = a.lock().await;
+        let slot = self.slot(id).await?;
+        let a = slot.state.lock().await;
         Ok(a.entries_page(prefix, after, limit))
     }
 
     /// Where the sealed `.znippy` of `id` is, once it is sealed.
     pub async fn sealed_file(&self, id: &str) -> Result<Option<SealedFile>> {
-        let a = self.archive(id).await?;
-        let a = a.lock().await;
+        let slot = self.slot(id).await?;
+        let a = slot.state.lock().await;
         Ok(a.sealed.clone())
     }
 
     /// One live file.
     pub async fn stat(&self, id: &str, path: &str) -> Result<Entry> {
-        let a = self.archive(id).await?;
-        let a = a.lock().await;
+        let slot = self.slot(id).await?;
+        let a = slot.state.lock().await;
         a.stat(path)
     }
 
     /// The archive's metadata (absent, or a table).
     pub async fn metadata(&self, id: &str) -> Result<Metadata> {
-        let a = self.archive(id).await?;
-        let a = a.lock().await;
+        let slot = self.slot(id).await?;
+        let a = slot.state.lock().await;
         Ok(a.meta.clone())
     }
 
@@ -445,23 +496,24 @@ impl Store {
         Ok(self.metadata(id).await?.by_key(key))
     }
 
-    /// Locks the archive for sealing and returns what a seal needs. Holding the
-    /// guard keeps appends and deletes out until [`Store::finish_seal`].
-    pub async fn begin_seal(&self, id: &str) -> Result<(OwnedMutexGuard<LiveArchive>, SealPlan)> {
-        let a = self.archive(id).await?;
-        let guard = a.lock_owned().await;
-        let plan = guard.seal_plan(self.dir.join("sealed"));
+    /// Holds the archive for sealing and returns what a seal needs. Changes
+    /// wait until [`Store::finish_seal`]; reads go on.
+    pub async fn begin_seal(&self, id: &str) -> Result<(SealGuard, SealPlan)> {
+        let slot = self.slot(id).await?;
+        let writer = Arc::clone(&slot.writer).lock_owned().await;
+        let plan = slot.state.lock().await.seal_plan(self.dir.join("sealed"));
+        let guard = SealGuard {
+            slot,
+            _writer: writer,
+        };
         Ok((guard, plan))
     }
 
     /// Records that the archive is sealed in `file` (made durable by the caller).
     /// From now on reads go to the sealed file and changes are refused.
-    pub async fn finish_seal(
-        &self,
-        mut guard: OwnedMutexGuard<LiveArchive>,
-        file: SealedFile,
-    ) -> Result<()> {
-        let ns = Self::ns(&guard.id);
+    pub async fn finish_seal(&self, guard: SealGuard, file: SealedFile) -> Result<()> {
+        let mut state = guard.slot.state.lock().await;
+        let ns = Self::ns(&state.id);
         let mut p = self.catalog.get_namespace(&ns).await?.properties().clone();
         p.insert(P_STATE.into(), "sealed".into());
         p.insert(
@@ -470,11 +522,11 @@ impl Store {
         );
         p.insert(P_SEALED_LEN.into(), file.len.to_string());
         self.catalog.update_namespace(&ns, p).await?;
-        if file.path != guard.sidecar_path {
+        if file.path != state.sidecar_path {
             // The blobs now live in the sealed file; the sidecar is dead weight.
-            let _ = std::fs::remove_file(&guard.sidecar_path);
+            let _ = std::fs::remove_file(&state.sidecar_path);
         }
-        guard.sealed = Some(file);
+        state.sealed = Some(file);
         Ok(())
     }
 
