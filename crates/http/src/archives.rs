@@ -128,7 +128,10 @@ pub(crate) async fn download(
     };
     let file = std::fs::File::open(&sealed.path)
         .map_err(|e| ApiError::internal(format!("opening the sealed archive: {e}")))?;
-    let etag = format!("{id}-{}", sealed.len);
+    // The sealing snapshot is unique to this archive's history, so a dropped
+    // and re-created archive sealed to the same length still gets a new tag.
+    let snapshot = app.store.info(&id).await?.snapshot_id.unwrap_or_default();
+    let etag = format!("{id}-{snapshot:x}-{}", sealed.len);
     let src = Ranged {
         len: sealed.len,
         etag,

@@ -7,6 +7,7 @@ use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 
 use crate::error::ApiError;
+use crate::rest_catalog::RestError;
 use crate::AppState;
 
 pub(crate) async fn check(State(app): State<AppState>, req: Request, next: Next) -> Response {
@@ -22,16 +23,27 @@ pub(crate) async fn check(State(app): State<AppState>, req: Request, next: Next)
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.strip_prefix("Bearer "));
+    let refuse = |status: StatusCode, code: &'static str, message: &str| {
+        // Iceberg clients parse the REST spec's error model, not ours.
+        if req.uri().path().starts_with("/iceberg/") {
+            let kind = if status == StatusCode::UNAUTHORIZED {
+                "NotAuthorizedException"
+            } else {
+                "ForbiddenException"
+            };
+            RestError(status, kind, message.to_string()).into_response()
+        } else {
+            ApiError::new(status, code, message).into_response()
+        }
+    };
     match given {
-        None => ApiError::new(
+        None => refuse(
             StatusCode::UNAUTHORIZED,
             "unauthorized",
             "this request needs 'Authorization: Bearer <token>'",
-        )
-        .into_response(),
+        ),
         Some(t) if !constant_time_eq(t.as_bytes(), token.as_bytes()) => {
-            ApiError::new(StatusCode::FORBIDDEN, "forbidden", "the token is not valid")
-                .into_response()
+            refuse(StatusCode::FORBIDDEN, "forbidden", "the token is not valid")
         }
         Some(_) => next.run(req).await,
     }

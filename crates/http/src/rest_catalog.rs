@@ -11,7 +11,7 @@
 
 use std::collections::HashMap;
 
-use axum::extract::{Path, State};
+use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
@@ -32,9 +32,24 @@ pub(crate) fn routes() -> Router<AppState> {
         .route("/namespaces/{ns}", get(namespace))
         .route("/namespaces/{ns}/tables", get(tables))
         .route("/namespaces/{ns}/tables/{table}", get(load_table))
+        .fallback(|| async {
+            RestError(
+                StatusCode::NOT_FOUND,
+                "NoSuchEndpointException",
+                "this catalog serves config, namespaces, tables and table loads".into(),
+            )
+        })
+        .method_not_allowed_fallback(|| async {
+            RestError(
+                StatusCode::METHOD_NOT_ALLOWED,
+                "BadRequestException",
+                "this catalog is read-only: archives change through /archives".into(),
+            )
+        })
 }
 
-struct RestError(StatusCode, &'static str, String);
+/// An error in the REST spec's model: status, exception type, message.
+pub(crate) struct RestError(pub StatusCode, pub &'static str, pub String);
 
 impl IntoResponse for RestError {
     fn into_response(self) -> Response {
@@ -78,7 +93,19 @@ async fn archive_ns(app: &AppState, ns: &str) -> Result<NamespaceIdent, RestErro
     }
 }
 
-async fn namespaces(State(app): State<AppState>) -> Result<Json<Value>, RestError> {
+#[derive(serde::Deserialize)]
+struct NamespacesQuery {
+    parent: Option<String>,
+}
+
+async fn namespaces(
+    State(app): State<AppState>,
+    Query(q): Query<NamespacesQuery>,
+) -> Result<Json<Value>, RestError> {
+    // Archives are one level deep: nothing lives below one.
+    if q.parent.is_some_and(|p| !p.is_empty()) {
+        return Ok(Json(json!({ "namespaces": [] })));
+    }
     let ids = app.store.list().await.map_err(internal)?;
     let list: Vec<Vec<String>> = ids.into_iter().map(|id| vec![id]).collect();
     Ok(Json(json!({ "namespaces": list })))

@@ -349,7 +349,12 @@ async fn drive_multipart(
         while let Some(chunk) = field.chunk().await.map_err(broken)? {
             budget.take(chunk.len())?;
             if text.len() + chunk.len() > MAX_FIELD {
-                return Err(ApiError::too_large(MAX_FIELD as u64).into());
+                return Err(ApiError::new(
+                    StatusCode::PAYLOAD_TOO_LARGE,
+                    "too_large",
+                    format!("form field {name:?} exceeds {MAX_FIELD} bytes"),
+                )
+                .into());
             }
             text.extend_from_slice(&chunk);
         }
