@@ -28,7 +28,14 @@ struct Server {
 impl Server {
     fn start(bin: &Path, data: &Path) -> Result<Server> {
         let mut child = Command::new(bin)
-            .args(["serve", "--listen", "127.0.0.1:0", "--log", "warn", "--data"])
+            .args([
+                "serve",
+                "--listen",
+                "127.0.0.1:0",
+                "--log",
+                "warn",
+                "--data",
+            ])
             .arg(data)
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
@@ -130,7 +137,10 @@ async fn main() -> Result<()> {
         std::env::var("BENCH_DIR").unwrap_or_else(|_| std::env::temp_dir().display().to_string());
     let tmp = tempfile::tempdir_in(base_dir)?;
     let c = Client::new();
-    println!("## HTTP service (`znippy serve` on loopback, {})\n", bin.display());
+    println!(
+        "## HTTP service (`znippy serve` on loopback, {})\n",
+        bin.display()
+    );
 
     // 1. Small files: concurrent single-file PUTs, then multipart batches.
     let server = Server::start(&bin, &tmp.path().join("small"))?;
@@ -244,7 +254,10 @@ async fn main() -> Result<()> {
         for i in 0..batch {
             let n = b * batch + i;
             let data = compressible(n, 200 + (n as usize * 37) % 4000);
-            form = form.part("f", Part::bytes(data).file_name(format!("d{}/f{n}", n % 100)));
+            form = form.part(
+                "f",
+                Part::bytes(data).file_name(format!("d{}/f{n}", n % 100)),
+            );
         }
         check(
             c.post(format!("{base}/archives/many/files"))
@@ -281,7 +294,9 @@ async fn main() -> Result<()> {
                 if body.len() != 200 + (n as usize * 37) % 4000 {
                     bail!("f{n}: {} bytes", body.len());
                 }
-                lat.lock().map_err(|_| anyhow::anyhow!("poisoned"))?.push(took);
+                lat.lock()
+                    .map_err(|_| anyhow::anyhow!("poisoned"))?
+                    .push(took);
             }
             anyhow::Ok(())
         }));

@@ -134,7 +134,11 @@ async fn a_stalled_upload_does_not_block_reads() {
         let listed = list_all(&c, &s, "r", 100).await;
         assert_eq!(listed, [("before.txt".to_string(), 1000)]);
         assert_eq!(get(&c, &s, "r", "before.txt").await, text(1, 1000));
-        let v = json(c.get(s.url("/archives/r")).send().await.unwrap(), StatusCode::OK).await;
+        let v = json(
+            c.get(s.url("/archives/r")).send().await.unwrap(),
+            StatusCode::OK,
+        )
+        .await;
         assert_eq!(v["files"], 1);
     };
     tokio::time::timeout(deadline, reads)

@@ -656,6 +656,34 @@ async fn expire_old_snapshots(catalog: &RedbCatalog, table: &Table) {
     }
 }
 
+/// Data files a table may gather (one per append) before its rows are
+/// rewritten into one: reading a table, and committing to it, then costs the
+/// same at the 10,000th append as at the 32nd.
+const COMPACT_AT: u64 = 32;
+
+/// Rewrites the rows of `ident` into one data file under one manifest once
+/// appends have left more than [`COMPACT_AT`] files. The rows do not change,
+/// so readers see the same table; a crash leaves it as it was (plus orphan
+/// files). Runs after a change has committed, under the archive's writer
+/// lock but not its state lock, so reads go on.
+pub(crate) async fn compact(catalog: &RedbCatalog, ident: &TableIdent) -> Result<bool> {
+    let table = catalog.load_table(ident).await?;
+    let files: u64 = table
+        .metadata()
+        .current_snapshot()
+        .and_then(|s| s.summary().additional_properties.get("total-data-files"))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0);
+    if files <= COMPACT_AT {
+        return Ok(false);
+    }
+    let rows = tables::scan_all(&table).await?;
+    let data = tables::write_batches(&table, rows).await?;
+    catalog.replace_data_files(&table, data).await?;
+    expire_old_snapshots(catalog, &catalog.load_table(ident).await?).await;
+    Ok(true)
+}
+
 async fn commit_meta(
     catalog: &RedbCatalog,
     meta: &Table,

@@ -20,7 +20,10 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use iceberg::io::FileIO;
-use iceberg::spec::{ManifestList, TableMetadata, TableMetadataBuilder};
+use iceberg::spec::{
+    DataFile, ManifestList, ManifestListWriter, ManifestWriterBuilder, Operation, Snapshot,
+    Summary, TableMetadata, TableMetadataBuilder, MAIN_BRANCH,
+};
 use iceberg::table::Table;
 use iceberg::{
     Catalog, Error, ErrorKind, MetadataLocation, Namespace, NamespaceIdent, Result, TableCommit,
@@ -218,6 +221,87 @@ impl RedbCatalog {
         self.swap(ident, &old, &next, None).await
     }
 
+    /// Commits a snapshot whose one manifest lists exactly `data`, which must
+    /// hold the same rows as the current snapshot's data files: the table reads
+    /// the same, but from one manifest and `data.len()` files instead of one
+    /// of each per append, so scans and appends stop growing with the number
+    /// of appends. The summary properties (blob end, append number) carry over.
+    pub async fn replace_data_files(&self, table: &Table, data: Vec<DataFile>) -> Result<()> {
+        let metadata = table.metadata();
+        let old = table.metadata_location_result()?.to_string();
+        let Some(current) = metadata.current_snapshot() else {
+            return Ok(());
+        };
+        let snapshot_id = loop {
+            let id = (uuid::Uuid::now_v7().as_u64_pair().1 & i64::MAX as u64) as i64;
+            if id != 0 && metadata.snapshot_by_id(id).is_none() {
+                break id;
+            }
+        };
+        let seq = metadata.next_sequence_number();
+        let dir = format!("{}/metadata", metadata.location());
+        let tag = uuid::Uuid::now_v7();
+        let manifest_out = self.file_io.new_output(format!("{dir}/{tag}-m0.avro"))?;
+        let mut manifest = ManifestWriterBuilder::new(
+            manifest_out,
+            Some(snapshot_id),
+            metadata.current_schema().clone(),
+            metadata.default_partition_spec().as_ref().clone(),
+        )
+        .build_v2_data();
+        let (mut files, mut rows) = (0u64, 0u64);
+        for f in data {
+            files += 1;
+            rows += f.record_count();
+            manifest.add_file(f, seq)?;
+        }
+        let manifest = manifest.write_manifest_file().await?;
+        let list_path = format!("{dir}/snap-{snapshot_id}-0-{tag}.avro");
+        let mut list = ManifestListWriter::v2(
+            self.file_io.new_output(&list_path)?.writer().await?,
+            snapshot_id,
+            Some(current.snapshot_id()),
+            seq,
+        );
+        list.add_manifests(std::iter::once(manifest))?;
+        list.close().await?;
+        let mut props = current.summary().additional_properties.clone();
+        props.insert("total-data-files".into(), files.to_string());
+        props.insert("total-records".into(), rows.to_string());
+        let snapshot = Snapshot::builder()
+            .with_snapshot_id(snapshot_id)
+            .with_parent_snapshot_id(Some(current.snapshot_id()))
+            .with_sequence_number(seq)
+            .with_timestamp_ms(now_ms())
+            .with_manifest_list(list_path)
+            .with_summary(Summary {
+                operation: Operation::Replace,
+                additional_properties: props,
+            })
+            .with_schema_id(metadata.current_schema_id())
+            .build();
+        let built = metadata
+            .clone()
+            .into_builder(Some(old.clone()))
+            .set_branch_snapshot(snapshot, MAIN_BRANCH)?
+            .build()?
+            .metadata;
+        let next = MetadataLocation::from_str(&old)?
+            .with_next_version()
+            .with_new_metadata(&built);
+        built.write_to(&self.file_io, &next).await?;
+        let next = next.to_string();
+        self.sync_commit(&built, &next).await?;
+        let end = blob_end_of(&built);
+        self.swap(
+            table.identifier(),
+            &old,
+            &next,
+            blob_end_of(metadata).zip(end),
+        )
+        .await
+    }
+
     /// Moves a table's pointer from `old` to `new` if it still is `old`.
     /// `blob_end` (old, new) refuses a commit that would move the blob end back.
     async fn swap(
@@ -300,6 +384,12 @@ impl RedbCatalog {
         })
         .await
     }
+}
+
+fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64)
 }
 
 fn blob_end_of(metadata: &TableMetadata) -> Option<u64> {

@@ -191,6 +191,23 @@ pub(crate) struct Slot {
     state: Mutex<LiveArchive>,
 }
 
+impl Slot {
+    /// Compacts the archive's tables when appends have spread their rows over
+    /// too many files. The change before it is committed already, so a failure
+    /// here is not its failure: the next change tries again.
+    async fn compact(&self, catalog: &RedbCatalog) {
+        let idents = {
+            let s = self.state.lock().await;
+            [s.files_ident.clone(), s.meta_ident.clone()]
+        };
+        for ident in &idents {
+            if let Err(e) = archive::compact(catalog, ident).await {
+                tracing::warn!("compacting {ident} failed (retried on the next change): {e}");
+            }
+        }
+    }
+}
+
 /// An archive held for sealing: no other change can start until
 /// [`Store::finish_seal`] (or until this is dropped).
 pub struct SealGuard {
@@ -412,8 +429,14 @@ impl Store {
                 Ok((rows, stats)) => meta.await.map(|m| (rows, stats, m)),
                 Err(e) => Err(e),
             };
-            let mut state = slot.state.lock().await;
-            state.finish_append(&catalog, engine, result).await
+            let receipt = slot
+                .state
+                .lock()
+                .await
+                .finish_append(&catalog, engine, result)
+                .await?;
+            slot.compact(&catalog).await;
+            Ok(receipt)
         })
         .await
     }
@@ -425,8 +448,9 @@ impl Store {
         let path = path.to_string();
         run_to_end(async move {
             let _writer = slot.writer.lock().await;
-            let mut state = slot.state.lock().await;
-            state.delete(&catalog, &path).await
+            let snapshot = slot.state.lock().await.delete(&catalog, &path).await?;
+            slot.compact(&catalog).await;
+            Ok(snapshot)
         })
         .await
     }

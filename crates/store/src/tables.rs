@@ -230,6 +230,14 @@ pub fn meta_batch(table: &Table, rows: &[MetaLogRow]) -> Result<RecordBatch> {
 
 /// Writes `batch` as one parquet data file of `table`, fsynced, and returns it.
 pub async fn write_data_file(table: &Table, batch: RecordBatch) -> Result<Vec<DataFile>> {
+    write_batches(table, vec![batch]).await
+}
+
+/// [`write_data_file`] for several batches, as they come out of a scan of
+/// the same table (their schema is replaced by the table's, whose field ids
+/// the writer needs).
+pub async fn write_batches(table: &Table, batches: Vec<RecordBatch>) -> Result<Vec<DataFile>> {
+    let arrow = Arc::new(schema_to_arrow_schema(table.metadata().current_schema())?);
     let props = WriterProperties::builder()
         .set_compression(Compression::ZSTD(ZstdLevel::default()))
         .build();
@@ -249,7 +257,11 @@ pub async fn write_data_file(table: &Table, batch: RecordBatch) -> Result<Vec<Da
         names,
     );
     let mut writer = DataFileWriterBuilder::new(rolling).build(None).await?;
-    writer.write(batch).await?;
+    for batch in batches {
+        let batch = RecordBatch::try_new(arrow.clone(), batch.columns().to_vec())
+            .map_err(|e| StoreError::Corrupt(format!("rows do not fit the table: {e}")))?;
+        writer.write(batch).await?;
+    }
     let files = writer.close().await?;
     let paths: Vec<_> = files.iter().map(|f| local_path(f.file_path())).collect();
     tokio::task::spawn_blocking(move || {
