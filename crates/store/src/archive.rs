@@ -155,6 +155,8 @@ pub struct LiveArchive {
     /// Whether any committed row is dead (replaced or deleted): then the sidecar
     /// holds blobs a one-shot compress of the live files would not.
     pub(crate) dead: bool,
+    /// Set when the archive is dropped, for changes that were waiting on it.
+    pub(crate) dropped: bool,
     engine: Option<Engine>,
     threads: usize,
 }
@@ -289,6 +291,7 @@ impl LiveArchive {
             meta,
             sealed: props.sealed,
             dead,
+            dropped: false,
             engine: None,
             threads,
         };
@@ -371,6 +374,9 @@ impl LiveArchive {
     /// holds the archive's writer lock from here to [`LiveArchive::finish_append`],
     /// but the state lock only for this call, so reads go on meanwhile.
     pub(crate) fn begin_append(&mut self) -> Result<PendingBlobs> {
+        if self.dropped {
+            return Err(StoreError::NoArchive(self.id.clone()));
+        }
         if self.sealed.is_some() {
             return Err(StoreError::Sealed(self.id.clone()));
         }
@@ -567,6 +573,9 @@ impl LiveArchive {
 
     /// Deletes `path` with a tombstone row, as one commit.
     pub(crate) async fn delete(&mut self, catalog: &RedbCatalog, path: &str) -> Result<i64> {
+        if self.dropped {
+            return Err(StoreError::NoArchive(self.id.clone()));
+        }
         if self.sealed.is_some() {
             return Err(StoreError::Sealed(self.id.clone()));
         }

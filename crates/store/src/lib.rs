@@ -368,7 +368,10 @@ impl Store {
     pub async fn drop_archive(&self, id: &str) -> Result<()> {
         let slot = self.slot(id).await?;
         let _writer = slot.writer.lock().await;
-        let a = slot.state.lock().await;
+        let mut a = slot.state.lock().await;
+        if a.dropped {
+            return Err(StoreError::NoArchive(id.to_string()));
+        }
         let ns = Self::ns(id);
         for t in [&a.files_ident, &a.meta_ident] {
             self.catalog.purge_table(t).await?;
@@ -379,6 +382,7 @@ impl Store {
         if let Some(sealed) = &a.sealed {
             let _ = std::fs::remove_file(&sealed.path);
         }
+        a.dropped = true;
         self.open.lock().await.remove(id);
         Ok(())
     }
@@ -525,7 +529,13 @@ impl Store {
     pub async fn begin_seal(&self, id: &str) -> Result<(SealGuard, SealPlan)> {
         let slot = self.slot(id).await?;
         let writer = Arc::clone(&slot.writer).lock_owned().await;
-        let plan = slot.state.lock().await.seal_plan(self.dir.join("sealed"));
+        let plan = {
+            let state = slot.state.lock().await;
+            if state.dropped {
+                return Err(StoreError::NoArchive(id.to_string()));
+            }
+            state.seal_plan(self.dir.join("sealed"))
+        };
         let guard = SealGuard {
             slot,
             _writer: writer,
