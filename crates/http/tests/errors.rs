@@ -1,7 +1,7 @@
 //! Every malformed request gets its status and error code, and changes
 //! nothing: the archive's state, its listing and its sidecar are the same
-//! after each one. Then auth: the token for writes, private reads, and the
-//! refusal to open a tokenless service to the network.
+//! after each one. Then auth (the token for writes, private reads, the
+//! refusal to open a tokenless service to the network) and a full disk.
 
 mod common;
 
@@ -583,4 +583,47 @@ async fn no_token_no_network() {
         ..open
     };
     znippy_http::bind(&told).await.unwrap();
+}
+
+/// A full disk answers 507 and changes nothing. The archive's sidecar is
+/// pointed at /dev/full, where every write fails with ENOSPC, as on a disk
+/// with no space left.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_full_disk_is_507_and_changes_nothing() {
+    let s = Server::start(|_| {}).await;
+    let c = client();
+    create(&c, &s, "full", false).await;
+    let s = s
+        .restart(|data| {
+            let sidecar = data.join("blobs/full.znippy");
+            std::fs::remove_file(&sidecar).unwrap();
+            std::os::unix::fs::symlink("/dev/full", &sidecar).unwrap();
+        })
+        .await;
+    let before = json(
+        c.get(s.url("/archives/full")).send().await.unwrap(),
+        StatusCode::OK,
+    )
+    .await;
+    for body in [b"small".to_vec(), text(1, 3_000_000)] {
+        let r = c
+            .put(s.url("/archives/full/files/x"))
+            .body(body)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(
+            error_code(r, StatusCode::INSUFFICIENT_STORAGE).await,
+            "no_space"
+        );
+        let after = json(
+            c.get(s.url("/archives/full")).send().await.unwrap(),
+            StatusCode::OK,
+        )
+        .await;
+        assert_eq!(after, before);
+    }
+    let r = c.get(s.url("/archives/full/files/x")).send().await.unwrap();
+    assert_eq!(error_code(r, StatusCode::NOT_FOUND).await, "no_file");
+    s.stop().await;
 }

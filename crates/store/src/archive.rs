@@ -392,11 +392,16 @@ impl LiveArchive {
     }
 
     /// Ends an append that committed nothing: cuts the blobs it wrote back off
-    /// the sidecar and forgets them.
-    pub(crate) fn abandon_append(&mut self) -> Result<()> {
-        self.sidecar.truncate(self.blob_end)?;
-        self.engine = Some(self.fresh_engine()?);
-        Ok(())
+    /// the sidecar and forgets them. The append's own error is what its caller
+    /// needs to hear, so a failure here is logged, not returned: bytes past
+    /// `blob_end` are never read, the next append overwrites them, and the next
+    /// open cuts them off.
+    pub(crate) fn abandon_append(&mut self) {
+        if let Err(e) = self.sidecar.truncate(self.blob_end) {
+            tracing::warn!("{}: rolling the sidecar back failed: {e}", self.id);
+        }
+        // Rebuilt on the next append if this fails too.
+        self.engine = self.fresh_engine().ok();
     }
 
     /// The last step of an append: commits what [`write_blobs`] wrote, or, if
@@ -425,7 +430,7 @@ impl LiveArchive {
         let (snapshot_id, pending, rows, stats, meta) = match committed {
             Ok(c) => c,
             Err(e) => {
-                self.abandon_append()?;
+                self.abandon_append();
                 return Err(e);
             }
         };

@@ -422,7 +422,7 @@ impl Store {
             let written = match archive::write_blobs(pending, files).await {
                 Ok(w) => w,
                 Err(e) => {
-                    slot.state.lock().await.abandon_append()?;
+                    slot.state.lock().await.abandon_append();
                     return Err(e);
                 }
             };

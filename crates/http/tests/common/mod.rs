@@ -43,6 +43,32 @@ impl Server {
         }
     }
 
+    /// Stops the server and starts a new one on the same data directory,
+    /// after `between` has run on it.
+    pub async fn restart(mut self, between: impl FnOnce(&std::path::Path)) -> Server {
+        if let Some(tx) = self.stop.take() {
+            let _ = tx.send(());
+        }
+        if let Some(t) = self.task.take() {
+            t.await.unwrap().unwrap();
+        }
+        between(&self.config.data);
+        let listener = znippy_http::bind(&self.config).await.unwrap();
+        let base = format!("http://{}", listener.local_addr().unwrap());
+        let (tx, rx) = oneshot::channel::<()>();
+        let task = tokio::spawn(znippy_http::serve_on(
+            listener,
+            self.config.clone(),
+            async {
+                let _ = rx.await;
+            },
+        ));
+        self.base = base;
+        self.stop = Some(tx);
+        self.task = Some(task);
+        self
+    }
+
     pub fn url(&self, path: &str) -> String {
         format!("{}{path}", self.base)
     }
