@@ -13,7 +13,7 @@
 //! atomically, so DuckDB's `iceberg_scan('<table dir>')` finds the current
 //! version without a catalog.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::str::FromStr;
 use std::sync::Arc;
@@ -187,8 +187,35 @@ impl RedbCatalog {
         .await
     }
 
+    /// Every file the snapshots `ids` reach: manifest lists, manifests, data
+    /// files. Manifests shared between snapshots are read once.
+    async fn reachable(&self, metadata: &TableMetadata, ids: &[i64]) -> Result<HashSet<String>> {
+        let mut files = HashSet::new();
+        for id in ids {
+            let Some(snap) = metadata.snapshot_by_id(*id) else {
+                continue;
+            };
+            if !files.insert(snap.manifest_list().to_string()) {
+                continue;
+            }
+            let bytes = self.file_io.new_input(snap.manifest_list())?.read().await?;
+            let list = ManifestList::parse_with_version(&bytes, metadata.format_version())?;
+            for m in list.entries() {
+                if files.insert(m.manifest_path.clone()) {
+                    for e in m.load_manifest(&self.file_io).await?.entries() {
+                        files.insert(e.data_file().file_path().to_string());
+                    }
+                }
+            }
+        }
+        Ok(files)
+    }
+
     /// Drops every snapshot but the newest `keep`, as one commit through the same
-    /// compare-and-swap. Keeps the metadata file from growing with every append.
+    /// compare-and-swap, then deletes the files only the dropped snapshots
+    /// reached (data files and manifests that compaction replaced, manifest
+    /// lists). Keeps the metadata file, and the table's directory, from growing
+    /// with every append.
     pub async fn expire_snapshots(&self, ident: &TableIdent, keep: usize) -> Result<()> {
         let table = self.load_table(ident).await?;
         let old = table.metadata_location_result()?.to_string();
@@ -218,7 +245,49 @@ impl RedbCatalog {
         built.write_to(&self.file_io, &next).await?;
         let next = next.to_string();
         fsync_file_and_dir(&local_path(&next)).map_err(db_err)?;
-        self.swap(ident, &old, &next, None).await
+        let kept: Vec<i64> = built.snapshots().map(|s| s.snapshot_id()).collect();
+        let (gone, live) = (
+            self.reachable(metadata, &drop).await?,
+            self.reachable(&built, &kept).await?,
+        );
+        self.swap(ident, &old, &next, None).await?;
+        // Only after the swap: until then the old snapshots may still be read.
+        // A file left behind by a crash here costs space, never correctness.
+        let root = format!("{}/", metadata.location());
+        let mut doomed: Vec<PathBuf> = gone
+            .difference(&live)
+            .filter(|p| p.starts_with(&root))
+            .map(|p| local_path(p))
+            .collect();
+        // Metadata files the new version's log no longer names (the log keeps
+        // the last `write.metadata.previous-versions-max`, 100 by default).
+        let logged: HashSet<PathBuf> = built
+            .metadata_log()
+            .iter()
+            .map(|m| local_path(&m.metadata_file))
+            .chain([local_path(&next)])
+            .collect();
+        let dir = local_path(&next).parent().map(Path::to_path_buf);
+        if let Some(Ok(entries)) = dir.map(std::fs::read_dir) {
+            doomed.extend(
+                entries
+                    .filter_map(|e| e.ok().map(|e| e.path()))
+                    .filter(|p| p.to_string_lossy().ends_with(".metadata.json"))
+                    .filter(|p| !logged.contains(p)),
+            );
+        }
+        blocking(move || {
+            for p in doomed {
+                match std::fs::remove_file(&p) {
+                    Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                        return Err(db_err(format!("removing {}: {e}", p.display())))
+                    }
+                    _ => {}
+                }
+            }
+            Ok(())
+        })
+        .await
     }
 
     /// Commits a snapshot whose one manifest lists exactly `data`, which must

@@ -54,6 +54,9 @@ const P_STATE: &str = "znippy.state";
 const P_SEALED_PATH: &str = "znippy.sealed_path";
 const P_SEALED_LEN: &str = "znippy.sealed_len";
 
+/// Previous metadata files a table's log names (and expiry keeps on disk).
+const METADATA_VERSIONS_KEPT: usize = 20;
+
 /// How to create an archive.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct CreateOptions {
@@ -297,6 +300,12 @@ impl Store {
                 .name(name.to_string())
                 .schema(schema)
                 .sort_order(SortOrder::unsorted_order())
+                // Old metadata files beyond the log are deleted by expiry;
+                // a short log keeps the table directory small.
+                .properties(HashMap::from([(
+                    "write.metadata.previous-versions-max".to_string(),
+                    METADATA_VERSIONS_KEPT.to_string(),
+                )]))
                 .build();
             self.catalog.create_table(&ns, creation).await?;
         }
