@@ -611,3 +611,31 @@ def test_rest_errors_and_refused_writes(server):
     t = cat.load_table((aid, "files"))
     assert t.current_snapshot().snapshot_id == r["snapshot_id"]
     assert py_live(t) == server.listing(aid) == {"f.txt": 4}
+
+
+def test_compaction_and_expiry_keep_readers_exact(server, duck):
+    """100 appends, replaces and deletes: the store compacts the tables every
+    32 data files and expires (and deletes the files of) old snapshots. An
+    attached DuckDB and pyiceberg keep giving exactly the live set, and the
+    table's row history is whole."""
+    server.create("many", metadata=True)
+    attach(duck, server)
+    cat = rest_catalog(server)
+    puts = deletes = 0
+    for i in range(100):
+        path = f"f{i % 37}"
+        if i % 11 == 10 and path in server.listing("many"):
+            server.delete("many", path)
+            deletes += 1  # one tombstone row
+        else:
+            server.put("many", path, f"version {i}\n".encode())
+            server.set_meta("many", [{"path": path, "key": "i", "value": i}])
+            puts += 1  # one slice row
+        if i % 25 == 24:
+            want = server.listing("many")
+            assert duck_live(duck, "many") == want, f"DuckDB after {i + 1} changes"
+            assert py_live(cat.load_table(("many", "files"))) == want, f"pyiceberg after {i + 1}"
+    files = cat.load_table(("many", "files"))
+    assert files.scan().to_arrow().num_rows == puts + deletes
+    assert len(files.inspect.files()) <= 33
+    assert duck_meta(duck, "many") == server.meta("many")
