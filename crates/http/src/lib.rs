@@ -10,11 +10,12 @@
 //!   to the compression engine as they arrive, file by file, through a bounded
 //!   channel; no upload is ever held in memory whole. A body that ends early
 //!   fails the batch, which then commits nothing.
-//! - **Reads with Range and ETag** (`files.rs`): a file's rows are taken under
-//!   the archive's lock, its bytes read after it, only the slices a range
-//!   touches, each verified.
-//! - **Errors** (`error.rs`): JSON `{"error": {"code", "message"}}` with one
-//!   status per kind of failure.
+//! - **Reads with Range and ETag** (`files.rs`, `ranged.rs`): a file's rows
+//!   are taken under the archive's state lock, its bytes read after it, only
+//!   the slices a range touches, each verified; large bodies stream.
+//! - **Errors** (`error.rs`, `extract.rs`): JSON `{"error": {"code",
+//!   "message"}}` with one status per kind of failure, for rejections of
+//!   paths and queries too.
 //! - **Auth** (`auth.rs`): a bearer token for writes, and for reads too when
 //!   they are private.
 //! - **Observability** (`observe.rs`): one log line per request, Prometheus
