@@ -19,6 +19,7 @@ use anyhow::{bail, Context, Result};
 use bytes::Bytes;
 use reqwest::multipart::{Form, Part};
 use reqwest::Client;
+use znippy_benches::compressible;
 
 struct Server {
     child: Child,
@@ -76,25 +77,6 @@ impl Drop for Server {
         unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
         let _ = self.child.wait();
     }
-}
-
-fn compressible(seed: u64, len: usize) -> Vec<u8> {
-    let words: [&[u8]; 8] = [
-        b"fn ", b"let ", b"mut ", b"self", b"=> ", b"{}\n", b"0x", b"ident_",
-    ];
-    let mut x = seed | 1;
-    let mut out = Vec::with_capacity(len + 16);
-    while out.len() < len {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        out.extend_from_slice(words[(x % 8) as usize]);
-        if x % 5 == 0 {
-            out.extend_from_slice(&x.to_le_bytes()[..3]);
-        }
-    }
-    out.truncate(len);
-    out
 }
 
 fn percentile(sorted: &[Duration], p: f64) -> Duration {

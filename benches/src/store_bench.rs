@@ -8,27 +8,9 @@
 use std::time::{Duration, Instant};
 
 use anyhow::Result;
+use znippy_benches::compressible;
 use znippy_format::{compress, ArchiveProps, InputFile, Metadata};
 use znippy_store::{CreateOptions, Store};
-
-fn compressible(seed: u64, len: usize) -> Vec<u8> {
-    let words: [&[u8]; 8] = [
-        b"fn ", b"let ", b"mut ", b"self", b"=> ", b"{}\n", b"0x", b"ident_",
-    ];
-    let mut x = seed | 1;
-    let mut out = Vec::with_capacity(len);
-    while out.len() < len {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        out.extend_from_slice(words[(x % 8) as usize]);
-        if x % 5 == 0 {
-            out.extend_from_slice(&x.to_le_bytes()[..3]);
-        }
-    }
-    out.truncate(len);
-    out
-}
 
 fn mb_s(bytes: u64, d: Duration) -> f64 {
     bytes as f64 / 1e6 / d.as_secs_f64()

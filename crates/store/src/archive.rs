@@ -680,7 +680,7 @@ const COMPACT_AT: u64 = 32;
 /// so readers see the same table; a crash leaves it as it was (plus orphan
 /// files). Runs after a change has committed, under the archive's writer
 /// lock but not its state lock, so reads go on.
-pub(crate) async fn compact(catalog: &RedbCatalog, ident: &TableIdent) -> Result<bool> {
+pub(crate) async fn compact(catalog: &RedbCatalog, ident: &TableIdent) -> Result<()> {
     let table = catalog.load_table(ident).await?;
     let files: u64 = table
         .metadata()
@@ -689,13 +689,13 @@ pub(crate) async fn compact(catalog: &RedbCatalog, ident: &TableIdent) -> Result
         .and_then(|v| v.parse().ok())
         .unwrap_or(0);
     if files <= COMPACT_AT {
-        return Ok(false);
+        return Ok(());
     }
     let rows = tables::scan_all(&table).await?;
     let data = tables::write_batches(&table, rows).await?;
     catalog.replace_data_files(&table, data).await?;
     expire_old_snapshots(catalog, &catalog.load_table(ident).await?).await;
-    Ok(true)
+    Ok(())
 }
 
 async fn commit_meta(

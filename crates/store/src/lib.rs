@@ -37,7 +37,8 @@ use iceberg::{Catalog, ErrorKind, NamespaceIdent, TableCreation};
 use tokio::sync::{Mutex, OwnedMutexGuard};
 use znippy_format::{ArchiveProps, Entry, InputFile, MetaSearch, MetaTable, Metadata};
 
-pub use archive::{AppendReceipt, LiveArchive, LiveFile, SealPlan};
+use archive::LiveArchive;
+pub use archive::{AppendReceipt, SealPlan};
 pub use catalog::RedbCatalog;
 pub use error::{Result, StoreError};
 pub use file::FileReader;
