@@ -4,8 +4,10 @@
 //! blob region without a tail: one implementation of "give me these bytes, and
 //! prove they are the ones that were written".
 
-use std::io::{Read, Write};
+use std::io::Write;
 use std::ops::Range;
+
+use zstd::zstd_safe::{DCtx, DParameter, InBuffer, OutBuffer, ResetDirective};
 
 use crate::error::{Error, Result};
 use crate::io::ReadAt;
@@ -21,12 +23,23 @@ pub struct BlobRegion {
     pub end: u64,
 }
 
-/// Reusable buffers for reading slices.
-#[derive(Debug, Default)]
+/// Reusable buffers (and a zstd context) for reading slices.
+#[derive(Default)]
 pub struct BlobScratch {
     blob: Vec<u8>,
     decoded: Vec<u8>,
+    dctx: Option<DCtx<'static>>,
 }
+
+impl std::fmt::Debug for BlobScratch {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("BlobScratch").finish_non_exhaustive()
+    }
+}
+
+/// How much of a compressed blob is read at a time. A slice early in a pack
+/// needs only the first blocks of its frame, so the rest is never read.
+const READ_PIECE: usize = 128 << 10;
 
 /// Largest stored size of a blob of at most `chunk_size` raw bytes.
 pub(crate) fn max_blob_size(chunk_size: u64) -> u64 {
@@ -55,8 +68,8 @@ impl BlobRegion {
     }
 
     /// Reads the slice `row` from `src`, checks its blake3, and returns its bytes
-    /// (borrowed from `scratch`). A compressed blob is decoded only as far as the
-    /// slice reaches.
+    /// (borrowed from `scratch`). A compressed blob is read and decoded only as
+    /// far as the slice reaches.
     pub fn read_slice<'s>(
         &self,
         src: &dyn ReadAt,
@@ -66,27 +79,12 @@ impl BlobRegion {
         self.check(row)?;
         let end = (row.blob_inner_offset + row.uncompressed_size) as usize;
         let start = row.blob_inner_offset as usize;
-        scratch.blob.resize(row.blob_size as usize, 0);
-        read_at(src, &mut scratch.blob, row.blob_offset, "blob")?;
         let bytes = if row.compressed {
-            // Decode only as far as this slice reaches, into one allocation of
-            // exactly that size (growing by doubling would copy).
-            scratch.decoded.clear();
-            scratch.decoded.reserve_exact(end);
-            let mut dec = zstd::stream::read::Decoder::with_buffer(&scratch.blob[..])
-                .map_err(|e| Error::io("starting zstd", e))?;
-            let got = (&mut dec)
-                .take(end as u64)
-                .read_to_end(&mut scratch.decoded)
-                .map_err(|e| Error::corrupt(format!("blob at {}: {e}", row.blob_offset)))?;
-            if got < end {
-                return Err(Error::corrupt(format!(
-                    "blob at {} decodes short",
-                    row.blob_offset
-                )));
-            }
+            decode_prefix(src, row, end, self.chunk_size, scratch)?;
             &scratch.decoded[start..end]
         } else {
+            scratch.blob.resize(row.blob_size as usize, 0);
+            read_at(src, &mut scratch.blob, row.blob_offset, "blob")?;
             &scratch.blob[start..end]
         };
         if blake3::hash(bytes).as_bytes() != &row.checksum {
@@ -128,4 +126,80 @@ impl BlobRegion {
         }
         Ok(written)
     }
+}
+
+/// Decodes the frame of `row`'s blob into `scratch.decoded` until it holds at
+/// least `end` bytes, reading the blob a piece at a time.
+///
+/// The decoder writes straight into `decoded` (zstd's stable output buffer), so
+/// no second, window-sized buffer is filled and copied: on a one-file `get` the
+/// pages touched are most of the cost. `decoded` reserves the frame's whole
+/// content size, as that mode requires, but only the part written is touched.
+fn decode_prefix(
+    src: &dyn ReadAt,
+    row: &SliceRow,
+    end: usize,
+    chunk_size: u64,
+    scratch: &mut BlobScratch,
+) -> Result<()> {
+    let corrupt =
+        |m: &dyn std::fmt::Display| Error::corrupt(format!("blob at {}: {m}", row.blob_offset));
+    let BlobScratch {
+        blob,
+        decoded,
+        dctx,
+    } = scratch;
+    let blob_end = row.blob_offset + row.blob_size;
+    let mut pos = row.blob_offset;
+    let mut next_piece = |blob: &mut Vec<u8>| -> Result<bool> {
+        let n = READ_PIECE.min((blob_end - pos) as usize);
+        blob.resize(n, 0);
+        read_at(src, blob, pos, "blob")?;
+        pos += n as u64;
+        Ok(n > 0)
+    };
+    next_piece(blob)?;
+    // check() bounded end by chunk_size; the frame must hold it and no more.
+    let content = match zstd::zstd_safe::get_frame_content_size(blob) {
+        Ok(Some(n)) if n <= chunk_size && n >= end as u64 => n as usize,
+        _ => return Err(corrupt(&"no frame header with a valid content size")),
+    };
+    let dctx = match dctx {
+        Some(d) => d,
+        None => dctx.insert(new_dctx().map_err(|e| corrupt(&e))?),
+    };
+    dctx.reset(ResetDirective::SessionOnly)
+        .map_err(|c| corrupt(&zstd::zstd_safe::get_error_name(c)))?;
+    decoded.clear();
+    decoded.reserve_exact(content);
+    let mut out = OutBuffer::around(decoded);
+    'frame: while out.pos() < end {
+        let mut input = InBuffer::around(blob);
+        while input.pos() < input.src.len() {
+            let before = (input.pos(), out.pos());
+            let hint = dctx
+                .decompress_stream(&mut out, &mut input)
+                .map_err(|c| corrupt(&zstd::zstd_safe::get_error_name(c)))?;
+            if hint == 0 || out.pos() >= end {
+                break 'frame;
+            }
+            if before == (input.pos(), out.pos()) {
+                return Err(corrupt(&"the decoder made no progress"));
+            }
+        }
+        if !next_piece(blob)? {
+            break;
+        }
+    }
+    if out.pos() < end {
+        return Err(corrupt(&"decodes short"));
+    }
+    Ok(())
+}
+
+fn new_dctx() -> std::result::Result<DCtx<'static>, &'static str> {
+    let mut d = DCtx::try_create().ok_or("cannot allocate a zstd context")?;
+    d.set_parameter(DParameter::StableOutBuffer(true))
+        .map_err(zstd::zstd_safe::get_error_name)?;
+    Ok(d)
 }

@@ -209,9 +209,26 @@ fn absurd_row_numbers_are_refused_before_allocating() {
         ..raw_row("x", 0, 0, b"tiny")
     };
     frame[4] |= 0xC0; // frame content size field: 8 bytes
-    let bytes = craft(&frame, &[row], small_props());
+    let bytes = craft(&frame, &[row.clone()], small_props());
     assert!(get(&bytes).is_err());
     assert!(extract(&bytes).is_err());
+    // A frame with no content size, and one that holds less than the row says.
+    let mut unsized_frame = Vec::new();
+    let mut enc = zstd::stream::write::Encoder::new(&mut unsized_frame, 3).unwrap();
+    enc.include_contentsize(false).unwrap();
+    std::io::Write::write_all(&mut enc, b"tiny").unwrap();
+    enc.finish().unwrap();
+    let short = zstd::bulk::compress(b"ti", 3).unwrap();
+    for frame in [unsized_frame, short] {
+        let row = znippy_format::SliceRow {
+            blob_size: frame.len() as u64,
+            ..row.clone()
+        };
+        let bytes = craft(&frame, &[row], small_props());
+        assert!(get(&bytes).is_err());
+        assert!(extract(&bytes).is_err());
+        exercise(&bytes);
+    }
 }
 
 #[test]
