@@ -209,7 +209,7 @@ fn absurd_row_numbers_are_refused_before_allocating() {
         ..raw_row("x", 0, 0, b"tiny")
     };
     frame[4] |= 0xC0; // frame content size field: 8 bytes
-    let bytes = craft(&frame, &[row.clone()], small_props());
+    let bytes = craft(&frame, std::slice::from_ref(&row), small_props());
     assert!(get(&bytes).is_err());
     assert!(extract(&bytes).is_err());
     // A frame with no content size, and one that holds less than the row says.
