@@ -364,13 +364,15 @@ def test_duckdb_attached_once_follows_appends(server, duck):
     assert live["a.txt"] == 21 and live[BIG] == 9 and live["new/c.txt"] == 1000
     assert ("a.txt", "lic", "str", "GPL") in facts and ("new/c.txt", "stars", "i64", 42) in facts
 
-    # A delete is a tombstone: gone from the live set, its facts stay.
+    # A delete is a tombstone, in files and for each of the file's facts in
+    # meta: gone from the live set and from the facts, by the same SQL rule.
     server.delete(aid, "gone.txt")
     live, facts = check("after the delete")
     assert "gone.txt" not in live and len(live) == len(expected)
-    assert ("gone.txt", "ratio", "f64", 1.5) in facts
-    assert duck.execute(f"SELECT count(*) FROM {ident(aid, 'files')} "
-                        "WHERE relative_path = 'gone.txt' AND tombstone").fetchone()[0] == 1
+    assert not any(f[0] == "gone.txt" for f in facts)
+    for table in ("files", "meta"):
+        assert duck.execute(f"SELECT count(*) FROM {ident(aid, table)} "
+                            "WHERE relative_path = 'gone.txt' AND tombstone").fetchone()[0] == 1
 
     # Facts alone (PUT meta): every value type, a new archive fact and an
     # overwritten one.

@@ -166,6 +166,22 @@ impl MetaTable {
         self.rows.extend(other.rows);
     }
 
+    /// Removes every fact about `path`, returning the removed rows.
+    pub fn remove_path(&mut self, path: &str) -> Vec<MetaRow> {
+        let keys: Vec<(String, Option<String>)> = self
+            .rows
+            .keys()
+            .filter(|(_, p)| p.as_deref() == Some(path))
+            .cloned()
+            .collect();
+        keys.into_iter()
+            .filter_map(|k| {
+                let v = self.rows.remove(&k)?;
+                Some(to_row((&k, &v)))
+            })
+            .collect()
+    }
+
     /// Number of rows.
     pub fn len(&self) -> usize {
         self.rows.len()

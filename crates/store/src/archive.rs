@@ -26,8 +26,8 @@ use iceberg::table::Table;
 use iceberg::transaction::{ApplyTransactionAction, Transaction};
 use iceberg::{Catalog, NamespaceIdent, TableIdent};
 use znippy_format::{
-    check_file_rows, ArchiveProps, BatchStats, BlobRegion, Engine, Entry, InputFile, MetaTable,
-    Metadata, ReadAt, SliceRow,
+    check_file_rows, ArchiveProps, BatchStats, BlobRegion, Engine, Entry, InputFile, MetaRow,
+    MetaTable, Metadata, ReadAt, SliceRow,
 };
 
 use crate::catalog::{RedbCatalog, BLOB_END_KEY};
@@ -417,8 +417,17 @@ impl LiveArchive {
         let committed = match result {
             Ok((rows, stats, meta)) => {
                 let new_end = engine.blob_end();
+                let file_rows: Vec<FileRow> = rows
+                    .iter()
+                    .map(|s| FileRow {
+                        slice: s.clone(),
+                        append_seq: seq,
+                        tombstone: false,
+                    })
+                    .collect();
+                let meta_rows = meta_log_rows(meta.iter().flat_map(|t| t.rows()), seq, false);
                 match self
-                    .commit_files(catalog, seq, &rows, meta.as_ref(), new_end)
+                    .commit_files(catalog, seq, &file_rows, &meta_rows, new_end)
                     .await
                 {
                     Ok((snap, pending)) => Ok((snap, pending, rows, stats, meta)),
@@ -443,9 +452,7 @@ impl LiveArchive {
         self.append_seq = seq;
         self.snapshot_id = Some(snapshot_id);
         if !pending.is_empty() {
-            // Committed already; if this step fails, the next open rolls it forward.
-            let meta_table = catalog.load_table(&self.meta_ident).await?;
-            commit_meta(catalog, &meta_table, pending, seq).await?;
+            self.commit_pending_meta(catalog, pending, seq).await?;
             if let Metadata::Absent = self.meta {
                 crate::set_has_meta(catalog, self.files_ident.namespace()).await?;
                 self.meta = Metadata::Present(MetaTable::new());
@@ -520,36 +527,17 @@ impl LiveArchive {
         replaced
     }
 
-    /// Steps 2 and 3 of an append: returns the `files` snapshot id and the meta
+    /// Steps 2 and 3 of a change: returns the `files` snapshot id and the meta
     /// data files still to commit (step 4).
     async fn commit_files(
         &self,
         catalog: &RedbCatalog,
         seq: u64,
-        rows: &[SliceRow],
-        meta: Option<&MetaTable>,
+        file_rows: &[FileRow],
+        meta_rows: &[MetaLogRow],
         new_end: u64,
     ) -> Result<(i64, Vec<DataFile>)> {
         let files = catalog.load_table(&self.files_ident).await?;
-        let file_rows: Vec<FileRow> = rows
-            .iter()
-            .map(|s| FileRow {
-                slice: s.clone(),
-                append_seq: seq,
-                tombstone: false,
-            })
-            .collect();
-        let meta_rows: Vec<MetaLogRow> = meta
-            .iter()
-            .flat_map(|t| t.rows())
-            .map(|r| MetaLogRow {
-                path: r.path,
-                key: r.key,
-                value: r.value,
-                append_seq: seq,
-                tombstone: false,
-            })
-            .collect();
         let mut props = HashMap::from([
             (BLOB_END_KEY.to_string(), new_end.to_string()),
             (APPEND_SEQ_KEY.to_string(), seq.to_string()),
@@ -559,7 +547,7 @@ impl LiveArchive {
         } else {
             let meta_table = catalog.load_table(&self.meta_ident).await?;
             let pending =
-                tables::write_data_file(&meta_table, tables::meta_batch(&meta_table, &meta_rows)?)
+                tables::write_data_file(&meta_table, tables::meta_batch(&meta_table, meta_rows)?)
                     .await?;
             props.insert(
                 PENDING_META_KEY.into(),
@@ -570,7 +558,7 @@ impl LiveArchive {
         let data = if file_rows.is_empty() {
             Vec::new()
         } else {
-            tables::write_data_file(&files, tables::files_batch(&files, &file_rows)?).await?
+            tables::write_data_file(&files, tables::files_batch(&files, file_rows)?).await?
         };
         let snapshot_id = commit_files(catalog, &files, data, props).await?;
         Ok((snapshot_id, pending))
@@ -588,7 +576,6 @@ impl LiveArchive {
             return Err(StoreError::NotFound(path.to_string()));
         }
         let seq = self.append_seq + 1;
-        let files = catalog.load_table(&self.files_ident).await?;
         let tomb = FileRow {
             slice: SliceRow {
                 relative_path: path.to_string(),
@@ -605,19 +592,57 @@ impl LiveArchive {
             append_seq: seq,
             tombstone: true,
         };
-        let data = tables::write_data_file(&files, tables::files_batch(&files, &[tomb])?).await?;
-        let props = HashMap::from([
-            (BLOB_END_KEY.to_string(), self.blob_end.to_string()),
-            (APPEND_SEQ_KEY.to_string(), seq.to_string()),
-        ]);
-        let snapshot_id = commit_files(catalog, &files, data, props).await?;
+        // The file's facts go with it, so a path added again later starts bare.
+        let mut meta = self.meta.clone();
+        let removed = match &mut meta {
+            Metadata::Present(t) => t.remove_path(path),
+            Metadata::Absent => Vec::new(),
+        };
+        let meta_tombs = meta_log_rows(removed, seq, true);
+        let (snapshot_id, pending) = self
+            .commit_files(catalog, seq, &[tomb], &meta_tombs, self.blob_end)
+            .await?;
         self.live.remove(path);
         self.dead = true;
         self.engine = Some(self.fresh_engine()?);
         self.append_seq = seq;
         self.snapshot_id = Some(snapshot_id);
+        if !pending.is_empty() {
+            self.commit_pending_meta(catalog, pending, seq).await?;
+            self.meta = meta;
+        }
         Ok(snapshot_id)
     }
+
+    /// Step 4 of a change: the meta rows the `files` snapshot named as pending.
+    /// That snapshot is committed already; if this fails, the next open rolls
+    /// the rows forward.
+    async fn commit_pending_meta(
+        &self,
+        catalog: &RedbCatalog,
+        pending: Vec<DataFile>,
+        seq: u64,
+    ) -> Result<()> {
+        let meta_table = catalog.load_table(&self.meta_ident).await?;
+        commit_meta(catalog, &meta_table, pending, seq).await?;
+        Ok(())
+    }
+}
+
+fn meta_log_rows(
+    rows: impl IntoIterator<Item = MetaRow>,
+    append_seq: u64,
+    tombstone: bool,
+) -> Vec<MetaLogRow> {
+    rows.into_iter()
+        .map(|r| MetaLogRow {
+            path: r.path,
+            key: r.key,
+            value: r.value,
+            append_seq,
+            tombstone,
+        })
+        .collect()
 }
 
 fn encode_data_files(table: &Table, files: &[DataFile]) -> Result<String> {

@@ -174,6 +174,59 @@ async fn metadata_absent_empty_and_set() {
     );
 }
 
+/// A deleted file's facts go with it: searches stop finding them, before and
+/// after a restart, and the path added again later starts without them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deleting_a_file_removes_its_metadata() {
+    let tmp = tempfile::tempdir().unwrap();
+    let store = Store::open(tmp.path(), 2).await.unwrap();
+    store
+        .create(
+            "m",
+            CreateOptions {
+                props: props(),
+                with_meta: true,
+            },
+        )
+        .await
+        .unwrap();
+    let mut t = MetaTable::new();
+    t.set(Some("gone"), "lic", MetaValue::infer("MIT")).unwrap();
+    t.set(Some("gone"), "stars", MetaValue::infer("5")).unwrap();
+    t.set(Some("kept"), "lic", MetaValue::infer("BSD")).unwrap();
+    t.set(None, "owner", MetaValue::infer("team")).unwrap();
+    store
+        .append("m", vec![file("gone", b"1"), file("kept", b"2")], Some(t))
+        .await
+        .unwrap();
+    store.delete_file("m", "gone").await.unwrap();
+    let paths = |h: MetaSearch| match h {
+        MetaSearch::Hits(h) => h.into_iter().map(|r| (r.path, r.key)).collect::<Vec<_>>(),
+        other => panic!("{other:?}"),
+    };
+    let expect = vec![
+        (None, "owner".to_string()),
+        (Some("kept".to_string()), "lic".to_string()),
+    ];
+    let mut live = paths(store.meta_by_prefix("m", "").await.unwrap());
+    live.sort();
+    assert_eq!(live, expect);
+    drop(store);
+    let store = Store::open(tmp.path(), 2).await.unwrap();
+    let mut reopened = paths(store.meta_by_prefix("m", "").await.unwrap());
+    reopened.sort();
+    assert_eq!(reopened, expect, "after a restart");
+    store
+        .append("m", vec![file("gone", b"3")], None)
+        .await
+        .unwrap();
+    assert_eq!(
+        store.meta_by_key("m", "stars").await.unwrap(),
+        MetaSearch::NoMatch,
+        "the path comes back bare"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn uncommitted_sidecar_bytes_are_cut_off_on_open() {
     let tmp = tempfile::tempdir().unwrap();
