@@ -166,20 +166,9 @@ impl MetaTable {
         self.rows.extend(other.rows);
     }
 
-    /// Removes every fact about `path`, returning the removed rows.
-    pub fn remove_path(&mut self, path: &str) -> Vec<MetaRow> {
-        let keys: Vec<(String, Option<String>)> = self
-            .rows
-            .keys()
-            .filter(|(_, p)| p.as_deref() == Some(path))
-            .cloned()
-            .collect();
-        keys.into_iter()
-            .filter_map(|k| {
-                let v = self.rows.remove(&k)?;
-                Some(to_row((&k, &v)))
-            })
-            .collect()
+    /// Removes every fact about `path`.
+    pub fn remove_path(&mut self, path: &str) {
+        self.rows.retain(|(_, p), _| p.as_deref() != Some(path));
     }
 
     /// Number of rows.

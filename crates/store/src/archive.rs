@@ -593,12 +593,14 @@ impl LiveArchive {
             tombstone: true,
         };
         // The file's facts go with it, so a path added again later starts bare.
-        let mut meta = self.meta.clone();
-        let removed = match &mut meta {
-            Metadata::Present(t) => t.remove_path(path),
+        let facts: Vec<MetaRow> = match &self.meta {
+            Metadata::Present(t) => t
+                .rows()
+                .filter(|r| r.path.as_deref() == Some(path))
+                .collect(),
             Metadata::Absent => Vec::new(),
         };
-        let meta_tombs = meta_log_rows(removed, seq, true);
+        let meta_tombs = meta_log_rows(facts, seq, true);
         let (snapshot_id, pending) = self
             .commit_files(catalog, seq, &[tomb], &meta_tombs, self.blob_end)
             .await?;
@@ -609,7 +611,9 @@ impl LiveArchive {
         self.snapshot_id = Some(snapshot_id);
         if !pending.is_empty() {
             self.commit_pending_meta(catalog, pending, seq).await?;
-            self.meta = meta;
+            if let Metadata::Present(t) = &mut self.meta {
+                t.remove_path(path);
+            }
         }
         Ok(snapshot_id)
     }

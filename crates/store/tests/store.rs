@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use znippy_format::{ArchiveProps, InputFile, MetaSearch, MetaTable, MetaValue, Metadata};
-use znippy_store::{CreateOptions, State, Store, StoreError};
+use znippy_store::{ArchiveInfo, CreateOptions, State, Store, StoreError};
 
 fn file(path: &str, bytes: &[u8]) -> InputFile {
     InputFile::from_bytes(path, bytes.to_vec(), Some(0o644))
@@ -28,6 +28,14 @@ fn text(seed: u64, len: usize) -> Vec<u8> {
         .collect()
 }
 
+async fn create(store: &Store, id: &str, with_meta: bool) -> ArchiveInfo {
+    let opts = CreateOptions {
+        props: props(),
+        with_meta,
+    };
+    store.create(id, opts).await.unwrap()
+}
+
 async fn read(store: &Store, id: &str, path: &str) -> Vec<u8> {
     let mut out = Vec::new();
     store.read_file(id, path, &mut out).await.unwrap();
@@ -40,16 +48,7 @@ async fn append_read_replace_delete_and_restart() {
     let big = text(7, 300_000);
     {
         let store = Store::open(tmp.path(), 2).await.unwrap();
-        let info = store
-            .create(
-                "a1",
-                CreateOptions {
-                    props: props(),
-                    with_meta: false,
-                },
-            )
-            .await
-            .unwrap();
+        let info = create(&store, "a1", false).await;
         assert_eq!((info.files, info.state), (0, State::Live));
         assert!(matches!(
             store.create("a1", CreateOptions::default()).await,
@@ -118,26 +117,8 @@ async fn append_read_replace_delete_and_restart() {
 async fn metadata_absent_empty_and_set() {
     let tmp = tempfile::tempdir().unwrap();
     let store = Store::open(tmp.path(), 2).await.unwrap();
-    store
-        .create(
-            "none",
-            CreateOptions {
-                props: props(),
-                with_meta: false,
-            },
-        )
-        .await
-        .unwrap();
-    store
-        .create(
-            "empty",
-            CreateOptions {
-                props: props(),
-                with_meta: true,
-            },
-        )
-        .await
-        .unwrap();
+    create(&store, "none", false).await;
+    create(&store, "empty", true).await;
     assert_eq!(
         store.meta_by_key("none", "k").await.unwrap(),
         MetaSearch::NoSection
@@ -180,16 +161,7 @@ async fn metadata_absent_empty_and_set() {
 async fn deleting_a_file_removes_its_metadata() {
     let tmp = tempfile::tempdir().unwrap();
     let store = Store::open(tmp.path(), 2).await.unwrap();
-    store
-        .create(
-            "m",
-            CreateOptions {
-                props: props(),
-                with_meta: true,
-            },
-        )
-        .await
-        .unwrap();
+    create(&store, "m", true).await;
     let mut t = MetaTable::new();
     t.set(Some("gone"), "lic", MetaValue::infer("MIT")).unwrap();
     t.set(Some("gone"), "stars", MetaValue::infer("5")).unwrap();
@@ -232,16 +204,7 @@ async fn uncommitted_sidecar_bytes_are_cut_off_on_open() {
     let tmp = tempfile::tempdir().unwrap();
     {
         let store = Store::open(tmp.path(), 1).await.unwrap();
-        store
-            .create(
-                "a",
-                CreateOptions {
-                    props: props(),
-                    with_meta: false,
-                },
-            )
-            .await
-            .unwrap();
+        create(&store, "a", false).await;
         store
             .append("a", vec![file("x", &text(1, 40_000))], None)
             .await
@@ -276,16 +239,7 @@ async fn bad_inputs_change_nothing() {
         store.info("nope").await,
         Err(StoreError::NoArchive(_))
     ));
-    store
-        .create(
-            "a",
-            CreateOptions {
-                props: props(),
-                with_meta: false,
-            },
-        )
-        .await
-        .unwrap();
+    create(&store, "a", false).await;
     store
         .append("a", vec![file("ok", b"fine")], None)
         .await
@@ -324,16 +278,7 @@ async fn bad_inputs_change_nothing() {
 async fn concurrent_appends_to_one_archive_serialize_and_all_land() {
     let tmp = tempfile::tempdir().unwrap();
     let store = Arc::new(Store::open(tmp.path(), 2).await.unwrap());
-    store
-        .create(
-            "a",
-            CreateOptions {
-                props: props(),
-                with_meta: false,
-            },
-        )
-        .await
-        .unwrap();
+    create(&store, "a", false).await;
     let mut tasks = Vec::new();
     for i in 0..8u64 {
         let store = Arc::clone(&store);
@@ -365,16 +310,7 @@ async fn concurrent_appends_to_one_archive_serialize_and_all_land() {
 async fn reads_touch_no_iceberg_file() {
     let tmp = tempfile::tempdir().unwrap();
     let store = Store::open(tmp.path(), 1).await.unwrap();
-    store
-        .create(
-            "a",
-            CreateOptions {
-                props: props(),
-                with_meta: false,
-            },
-        )
-        .await
-        .unwrap();
+    create(&store, "a", false).await;
     store
         .append(
             "a",
@@ -400,16 +336,7 @@ async fn reads_touch_no_iceberg_file() {
 async fn dropping_an_archive_removes_its_tables_and_sidecar() {
     let tmp = tempfile::tempdir().unwrap();
     let store = Store::open(tmp.path(), 1).await.unwrap();
-    store
-        .create(
-            "a",
-            CreateOptions {
-                props: props(),
-                with_meta: false,
-            },
-        )
-        .await
-        .unwrap();
+    create(&store, "a", false).await;
     store
         .append("a", vec![file("x", b"bytes")], None)
         .await
@@ -421,16 +348,7 @@ async fn dropping_an_archive_removes_its_tables_and_sidecar() {
         Err(StoreError::NoArchive(_))
     ));
     assert!(!tmp.path().join("blobs/a.znippy").exists());
-    store
-        .create(
-            "a",
-            CreateOptions {
-                props: props(),
-                with_meta: false,
-            },
-        )
-        .await
-        .unwrap();
+    create(&store, "a", false).await;
     assert_eq!(
         store.info("a").await.unwrap().files,
         0,
@@ -478,11 +396,7 @@ async fn many_appends_keep_the_tables_compact() {
     let mut rows_appended = 0;
     {
         let store = Store::open(tmp.path(), 2).await.unwrap();
-        let opts = CreateOptions {
-            props: props(),
-            with_meta: true,
-        };
-        store.create("c", opts).await.unwrap();
+        create(&store, "c", true).await;
         for i in 0..150u64 {
             if i % 10 == 9 {
                 let victim = want.keys().nth(i as usize % want.len()).cloned().unwrap();
