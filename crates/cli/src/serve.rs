@@ -5,7 +5,7 @@ use std::path::PathBuf;
 
 use anyhow::{Context, Result};
 use clap::Args;
-use znippy_http::Config;
+use znippy_http::{Config, DEFAULT_MAX_BODY};
 
 #[derive(Args)]
 pub struct ServeArgs {
@@ -26,7 +26,9 @@ pub struct ServeArgs {
     #[arg(long)]
     insecure_open: bool,
     /// Largest request body, in bytes.
-    #[arg(long, env = "ZNIPPY_MAX_BODY", default_value_t = Config::default().max_body)]
+    // A constant, not Config::default(): clap builds every subcommand's
+    // defaults on each run, and Config::default() counts the cores.
+    #[arg(long, env = "ZNIPPY_MAX_BODY", default_value_t = DEFAULT_MAX_BODY)]
     max_body: u64,
     /// Compression threads per append (default: all cores).
     #[arg(long)]

@@ -52,6 +52,9 @@ pub use observe::Metrics;
 /// The API description served at `/openapi.json`.
 pub const OPENAPI: &str = include_str!("../../../docs/openapi.json");
 
+/// The default for [`Config::max_body`]: 64 GiB.
+pub const DEFAULT_MAX_BODY: u64 = 64 << 30;
+
 /// How the service runs.
 #[derive(Debug, Clone)]
 pub struct Config {
@@ -79,7 +82,7 @@ impl Default for Config {
             token: None,
             private_reads: false,
             insecure_open: false,
-            max_body: 64 << 30,
+            max_body: DEFAULT_MAX_BODY,
             threads: std::thread::available_parallelism().map_or(2, |n| n.get()),
         }
     }
