@@ -20,7 +20,7 @@ COPY . .
 RUN --mount=type=cache,target=/usr/local/cargo/registry \
     --mount=type=cache,target=/usr/local/cargo/git \
     cargo build --release -p znippy --locked \
- && install -m 0755 target/release/znippy /usr/local/bin/znippy
+ && install -m 0755 target/release/znippy target/release/znippy-server /usr/local/bin/
 
 FROM debian:bookworm-slim
 # curl is only for the health check (HEALTHCHECK below and docker-compose.yml).
@@ -31,7 +31,8 @@ RUN apt-get update \
         --shell /usr/sbin/nologin znippy \
  && mkdir /data \
  && chown znippy:znippy /data
-COPY --from=build /usr/local/bin/znippy /usr/local/bin/znippy
+# `znippy serve` hands over to znippy-server, found beside it.
+COPY --from=build /usr/local/bin/znippy /usr/local/bin/znippy-server /usr/local/bin/
 USER znippy
 WORKDIR /data
 # A new named volume takes this directory's owner, so the service can write it.

@@ -1,22 +1,21 @@
 //! `znippy`: compress a directory into a seekable `.znippy` archive, pull single
 //! files back out in milliseconds, list and search metadata without reading blobs.
 
-mod live;
-mod meta_args;
 mod progress;
-mod serve;
 
-use std::collections::HashSet;
+use std::ffi::OsString;
 use std::fs::File;
 use std::io::{BufWriter, Write};
+use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use anyhow::{bail, Context, Result};
 use clap::{Parser, Subcommand};
+use znippy_cli::{gather, meta_args, threads};
 use znippy_format::{
     append, compress, extract_all, scan_dir, Archive, ArchiveProps, InputFile, MetaSearch,
-    MetaUpdate, Metadata, ScannedFile,
+    MetaUpdate, Metadata,
 };
 
 use progress::{human, Progress};
@@ -118,28 +117,25 @@ enum Cmd {
         paths_only: bool,
     },
     /// Live archives in a data directory (the store `znippy serve` runs on).
+    #[command(disable_help_flag = true)]
     Live {
-        /// The data directory.
-        #[arg(long, default_value = "znippy-data")]
-        data: PathBuf,
-        /// Compression threads for appends (default: all cores).
-        #[arg(long)]
-        threads: Option<usize>,
-        #[command(subcommand)]
-        cmd: live::LiveCmd,
+        /// Run `znippy live --help` for these.
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<OsString>,
     },
     /// Run the HTTP service on a data directory.
-    Serve(serve::ServeArgs),
+    #[command(disable_help_flag = true)]
+    Serve {
+        /// Run `znippy serve --help` for these.
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<OsString>,
+    },
     /// Seal a live archive of a data directory into an immutable .znippy.
+    #[command(disable_help_flag = true)]
     Seal {
-        /// The data directory.
-        #[arg(long, default_value = "znippy-data")]
-        data: PathBuf,
-        /// The archive id.
-        id: String,
-        /// Also copy the sealed archive here.
-        #[arg(short, long)]
-        output: Option<PathBuf>,
+        /// Run `znippy seal --help` for these.
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<OsString>,
     },
     /// Append files to an archive; a path already present is replaced.
     Append {
@@ -158,10 +154,6 @@ enum Cmd {
         #[arg(long)]
         threads: Option<usize>,
     },
-}
-
-fn threads(n: Option<usize>) -> usize {
-    n.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
 }
 
 fn main() -> ExitCode {
@@ -346,13 +338,9 @@ fn run(cmd: Cmd) -> Result<ExitCode> {
             }
             out.flush()?;
         }
-        Cmd::Live {
-            data,
-            threads: t,
-            cmd,
-        } => return live::run(data, threads(t), cmd),
-        Cmd::Serve(args) => serve::run(args)?,
-        Cmd::Seal { data, id, output } => live::seal(data, &id, output.as_deref())?,
+        Cmd::Live { args } => server("live", args)?,
+        Cmd::Serve { args } => server("serve", args)?,
+        Cmd::Seal { args } => server("seal", args)?,
         Cmd::Append {
             archive,
             inputs,
@@ -374,39 +362,20 @@ fn run(cmd: Cmd) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// The files of an append, in argument order: a directory's files relative to it,
-/// a file under the path given. The same path twice is refused.
-fn gather(inputs: &[PathBuf]) -> Result<Vec<ScannedFile>> {
-    use std::os::unix::fs::PermissionsExt;
-    let mut out = Vec::new();
-    for input in inputs {
-        let m = std::fs::metadata(input).with_context(|| format!("reading {}", input.display()))?;
-        if m.is_dir() {
-            out.extend(scan_dir(input)?);
-        } else if m.is_file() {
-            let given = input
-                .to_str()
-                .with_context(|| format!("{} is not UTF-8", input.display()))?;
-            let path = given.trim_start_matches("./").to_string();
-            znippy_format::validate_path(&path)
-                .with_context(|| format!("{given} cannot be an archive path; give a relative path below the current directory"))?;
-            out.push(ScannedFile {
-                path,
-                disk_path: input.clone(),
-                size: m.len(),
-                mode: m.permissions().mode() & 0o7777,
-            });
-        } else {
-            bail!("{} is not a file or directory", input.display());
-        }
-    }
-    let mut seen = HashSet::new();
-    for f in &out {
-        if !seen.insert(f.path.as_str()) {
-            bail!("{} is given twice in one append", f.path);
-        }
-    }
-    Ok(out)
+/// Hands a service command over to `znippy-server`, installed beside this
+/// binary, in this process (same pid, signals and standard streams). Returns
+/// only if that cannot start.
+fn server(cmd: &str, args: Vec<OsString>) -> Result<()> {
+    let exe = std::env::current_exe().context("locating the znippy binary")?;
+    let path = exe.with_file_name("znippy-server");
+    let err = std::process::Command::new(&path).arg(cmd).args(args).exec();
+    Err(err).with_context(|| {
+        format!(
+            "znippy {cmd} runs {}, which did not start; build or install both binaries \
+             (cargo build --release -p znippy)",
+            path.display()
+        )
+    })
 }
 
 fn info(path: &Path) -> Result<()> {

@@ -351,3 +351,28 @@ fn hostile_inputs_fail_cleanly() {
     let props = znippy(&["compress", s(&src), "-o", s(&target), "--chunk-size", "1"]);
     assert!(String::from_utf8_lossy(&props.stderr).contains("chunk_size"));
 }
+
+#[test]
+fn the_archiver_links_none_of_the_service_and_hands_it_over() {
+    // `znippy` must start like a small tool: the service's crates (and their
+    // relocation tables) live in znippy-server, reached through `znippy serve`.
+    let bin = std::fs::read(env!("CARGO_BIN_EXE_znippy")).unwrap();
+    // Symbol names and panic locations carry crate names.
+    let text = String::from_utf8_lossy(&bin);
+    assert!(
+        text.contains("znippy_format"),
+        "the search sees crate names"
+    );
+    for name in ["znippy_store", "znippy_http", "iceberg", "axum", "tokio"] {
+        assert!(!text.contains(name), "the znippy binary links {name}");
+    }
+    let help = ok(&["serve", "--help"]);
+    assert!(String::from_utf8_lossy(&help.stdout).contains("Usage: znippy serve"));
+    // Exit status and messages come from znippy-server, in this process.
+    let tmp = tempfile::tempdir().unwrap();
+    let not_a_dir = tmp.path().join("file");
+    std::fs::write(&not_a_dir, b"x").unwrap();
+    let out = znippy(&["live", "--data", s(&not_a_dir), "archives"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).starts_with("znippy: "));
+}

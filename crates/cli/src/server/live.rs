@@ -9,7 +9,7 @@ use clap::Subcommand;
 use znippy_format::{ArchiveProps, MetaSearch};
 use znippy_store::{CreateOptions, Store};
 
-use crate::meta_args;
+use znippy_cli::{gather, meta_args};
 
 #[derive(Subcommand)]
 pub enum LiveCmd {
@@ -133,7 +133,7 @@ pub fn run(data: PathBuf, threads: usize, cmd: LiveCmd) -> Result<std::process::
                 meta_archive,
             } => {
                 let set = meta_args::table(&meta, &meta_archive)?;
-                let files = crate::gather(&inputs)?.iter().map(|f| f.input()).collect();
+                let files = gather(&inputs)?.iter().map(|f| f.input()).collect();
                 let r = store.append(&id, files, set).await?;
                 writeln!(
                     out,

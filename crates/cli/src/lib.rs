@@ -1,0 +1,55 @@
+//! What the two binaries of this package share.
+//!
+//! `znippy` is the archiver: it links the container crate and nothing of the
+//! service, so a one-file `get` starts like a small tool (a binary that links
+//! the service spends over a millisecond relocating and faulting its tables in
+//! before `main`). `znippy-server` runs the service and the live-archive
+//! commands; `znippy serve|live|seal` hands over to it (see `main.rs`).
+
+use std::collections::HashSet;
+use std::path::PathBuf;
+
+use anyhow::{bail, Context, Result};
+use znippy_format::{scan_dir, ScannedFile};
+
+pub mod meta_args;
+
+/// Worker threads: as given, or one per core.
+pub fn threads(n: Option<usize>) -> usize {
+    n.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
+}
+
+/// The files of an append, in argument order: a directory's files relative to it,
+/// a file under the path given. The same path twice is refused.
+pub fn gather(inputs: &[PathBuf]) -> Result<Vec<ScannedFile>> {
+    use std::os::unix::fs::PermissionsExt;
+    let mut out = Vec::new();
+    for input in inputs {
+        let m = std::fs::metadata(input).with_context(|| format!("reading {}", input.display()))?;
+        if m.is_dir() {
+            out.extend(scan_dir(input)?);
+        } else if m.is_file() {
+            let given = input
+                .to_str()
+                .with_context(|| format!("{} is not UTF-8", input.display()))?;
+            let path = given.trim_start_matches("./").to_string();
+            znippy_format::validate_path(&path)
+                .with_context(|| format!("{given} cannot be an archive path; give a relative path below the current directory"))?;
+            out.push(ScannedFile {
+                path,
+                disk_path: input.clone(),
+                size: m.len(),
+                mode: m.permissions().mode() & 0o7777,
+            });
+        } else {
+            bail!("{} is not a file or directory", input.display());
+        }
+    }
+    let mut seen = HashSet::new();
+    for f in &out {
+        if !seen.insert(f.path.as_str()) {
+            bail!("{} is given twice in one append", f.path);
+        }
+    }
+    Ok(out)
+}

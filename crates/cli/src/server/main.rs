@@ -1,0 +1,88 @@
+//! `znippy-server`: the HTTP service and the live-archive commands.
+//!
+//! Users reach it through `znippy serve|live|seal`, which hands the process over
+//! to this binary, so its help and messages speak as `znippy`. It is a binary of
+//! its own because it links the store, Iceberg and the HTTP stack, which the
+//! archiver commands must not pay for at every start.
+
+mod live;
+mod serve;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::Result;
+use clap::{Parser, Subcommand};
+use znippy_cli::threads;
+
+#[derive(Parser)]
+#[command(
+    name = "znippy",
+    bin_name = "znippy",
+    version,
+    about = "The znippy service and its live archives"
+)]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Live archives in a data directory (the store `znippy serve` runs on).
+    Live {
+        /// The data directory.
+        #[arg(long, default_value = "znippy-data")]
+        data: PathBuf,
+        /// Compression threads for appends (default: all cores).
+        #[arg(long)]
+        threads: Option<usize>,
+        #[command(subcommand)]
+        cmd: live::LiveCmd,
+    },
+    /// Run the HTTP service on a data directory.
+    Serve(serve::ServeArgs),
+    /// Seal a live archive of a data directory into an immutable .znippy.
+    Seal {
+        /// The data directory.
+        #[arg(long, default_value = "znippy-data")]
+        data: PathBuf,
+        /// The archive id.
+        id: String,
+        /// Also copy the sealed archive here.
+        #[arg(short, long)]
+        output: Option<PathBuf>,
+    },
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let is_meta = matches!(
+        cli.cmd,
+        Cmd::Live {
+            cmd: live::LiveCmd::Meta { .. },
+            ..
+        }
+    );
+    match run(cli.cmd) {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("znippy: {e:#}");
+            ExitCode::from(if is_meta { 3 } else { 1 })
+        }
+    }
+}
+
+fn run(cmd: Cmd) -> Result<ExitCode> {
+    match cmd {
+        Cmd::Live {
+            data,
+            threads: t,
+            cmd,
+        } => live::run(data, threads(t), cmd),
+        Cmd::Serve(args) => serve::run(args).map(|()| ExitCode::SUCCESS),
+        Cmd::Seal { data, id, output } => {
+            live::seal(data, &id, output.as_deref()).map(|()| ExitCode::SUCCESS)
+        }
+    }
+}
