@@ -56,6 +56,9 @@ die() {
     exit 1
 }
 has_set() { [[ " $BENCH_SETS " == *" $1 "* ]]; }
+# set -e ends the script at the first failing command; say which.
+set -E
+trap 'log "error: line $LINENO: $BASH_COMMAND"' ERR
 
 # ---------------------------------------------------------------------------
 # Tools
@@ -254,13 +257,14 @@ declare -A DESC
 
 # copy_files SRC DEST [MAX_BYTES]: the regular files below SRC (never symlinks),
 # in byte order of path, up to MAX_BYTES in all, to the same relative paths in DEST.
-# Prints the number of bytes copied.
+# awk reads the whole list even past MAX_BYTES: exiting early would kill sort
+# with SIGPIPE, and pipefail would end the script without a word.
 copy_files() {
     local src=$1 dest=$2 max=${3:-0} list
     list=$(mktemp)
     (cd "$src" && find . -type f -printf '%P\t%s\n') | LC_ALL=C sort |
         awk -F'\t' -v max="$max" '
-            max > 0 && sum + $2 > max { exit }
+            full || (max > 0 && sum + $2 > max) { full = 1; next }
             { sum += $2; print $1 }' >"$list"
     mkdir -p "$dest"
     tar -C "$src" --verbatim-files-from -T "$list" -cf - | tar -C "$dest" -xf -

@@ -238,6 +238,8 @@ fn decode_buffer(len: usize, huge: bool) -> Result<MmapMut> {
     if huge {
         let _ = map.advise(memmap2::Advice::HugePage);
     }
+    #[cfg(not(target_os = "linux"))]
+    let _ = huge;
     Ok(map)
 }
 

@@ -98,7 +98,8 @@ pub fn run(data: PathBuf, threads: usize, cmd: LiveCmd) -> Result<std::process::
         let store = Store::open(&data, threads)
             .await
             .with_context(|| format!("opening the store in {}", data.display()))?;
-        let mut out = BufWriter::new(std::io::stdout().lock());
+        // Not a StdoutLock: that is not Send, and `read_file` needs a Send writer.
+        let mut out = BufWriter::new(std::io::stdout());
         match cmd {
             LiveCmd::Create {
                 id,
@@ -147,9 +148,9 @@ pub fn run(data: PathBuf, threads: usize, cmd: LiveCmd) -> Result<std::process::
                 }
             }
             LiveCmd::Get { id, path } => {
-                let mut buf = Vec::new();
-                store.read_file(&id, &path, &mut buf).await?;
-                out.write_all(&buf)?;
+                // Streamed slice by slice (each verified before it is written),
+                // never held whole: the file may be larger than memory.
+                store.read_file(&id, &path, &mut out).await?;
             }
             LiveCmd::Rm { id, path } => {
                 store.delete_file(&id, &path).await?;
