@@ -56,7 +56,9 @@ die() {
     exit 1
 }
 has_set() { [[ " $BENCH_SETS " == *" $1 "* ]]; }
-# set -e ends the script at the first failing command; say which.
+# set -e ends the script at the first failing command; say which. (-E: in
+# functions and command substitutions too, so no pipe may end early: a reader
+# that stops before its writer finishes, like head, fails the pipeline.)
 set -E
 trap 'log "error: line $LINENO: $BASH_COMMAND"' ERR
 
@@ -620,11 +622,11 @@ report() {
     echo "| tool | version |"
     echo "|---|---|"
     echo "| znippy | $("$ZNIPPY" --version) (\`$ZNIPPY\`) |"
-    echo "| tar | $(tar --version | head -n1) |"
+    echo "| tar | $(tar --version | sed -n 1p) |"
     echo "| zstd | $(zstd --version | tr -d '*' | sed 's/^ *//; s/ *$//') |"
-    echo "| mksquashfs | $(mksquashfs -version 2>&1 | head -n1) |"
+    echo "| mksquashfs | $(mksquashfs -version 2>&1 | sed -n 1p) |"
     echo "| zip | $(zip -v | sed -n 2p | sed 's/^ *//') |"
-    echo "| unzip | $(unzip -v | head -n1) |"
+    echo "| unzip | $(unzip -v | sed -n 1p) |"
     if [[ $HAVE_HYPERFINE == 1 ]]; then
         echo "| hyperfine | $(hyperfine --version) |"
     else
@@ -687,7 +689,7 @@ report() {
         echo
         echo "$GET_SAMPLES files spread evenly over \`znippy list\` (the k-th at index (2k+1)n/$((2 * GET_SAMPLES))), from \`${GET_PATHS[0]}\` to \`${GET_PATHS[GET_SAMPLES - 1]}\`."
         echo "Each is extracted as a whole process, median of $GET_RUNS runs after 3 warm-ups$([[ $HAVE_HYPERFINE == 1 ]] && echo " (hyperfine, shell spawn subtracted)"); the table gives the mean of those medians and the slowest file's."
-        [[ $SQFS_CAT == 1 ]] || echo "unsquashfs $(unsquashfs -v 2>&1 | head -n1 | awk '{print $2}') has no \`-cat\`, so it writes the one file to a scratch directory."
+        [[ $SQFS_CAT == 1 ]] || echo "unsquashfs $(unsquashfs -v 2>&1 | sed -n 1p | awk '{print $2}') has no \`-cat\`, so it writes the one file to a scratch directory."
         echo
         echo "| tool | command | mean ms | slowest file ms |"
         echo "|---|---|---:|---:|"
