@@ -338,9 +338,9 @@ fn run(cmd: Cmd) -> Result<ExitCode> {
             }
             out.flush()?;
         }
-        Cmd::Live { args } => server("live", args)?,
-        Cmd::Serve { args } => server("serve", args)?,
-        Cmd::Seal { args } => server("seal", args)?,
+        Cmd::Live { args } => return Err(server("live", args)),
+        Cmd::Serve { args } => return Err(server("serve", args)),
+        Cmd::Seal { args } => return Err(server("seal", args)),
         Cmd::Append {
             archive,
             inputs,
@@ -364,18 +364,19 @@ fn run(cmd: Cmd) -> Result<ExitCode> {
 
 /// Hands a service command over to `znippy-server`, installed beside this
 /// binary, in this process (same pid, signals and standard streams). Returns
-/// only if that cannot start.
-fn server(cmd: &str, args: Vec<OsString>) -> Result<()> {
-    let exe = std::env::current_exe().context("locating the znippy binary")?;
+/// only why that could not start.
+fn server(cmd: &str, args: Vec<OsString>) -> anyhow::Error {
+    let exe = match std::env::current_exe() {
+        Ok(exe) => exe,
+        Err(e) => return anyhow::Error::new(e).context("locating the znippy binary"),
+    };
     let path = exe.with_file_name("znippy-server");
     let err = std::process::Command::new(&path).arg(cmd).args(args).exec();
-    Err(err).with_context(|| {
-        format!(
-            "znippy {cmd} runs {}, which did not start; build or install both binaries \
-             (cargo build --release -p znippy)",
-            path.display()
-        )
-    })
+    anyhow::Error::new(err).context(format!(
+        "znippy {cmd} runs {}, which did not start; build or install both binaries \
+         (cargo build --release -p znippy)",
+        path.display()
+    ))
 }
 
 fn info(path: &Path) -> Result<()> {

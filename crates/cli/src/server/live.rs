@@ -55,7 +55,7 @@ pub enum LiveCmd {
     Get { id: String, path: String },
     /// Delete one file.
     Rm { id: String, path: String },
-    /// Search metadata by key. Exit status: 0 hits, 1 no match, 2 no metadata.
+    /// Search metadata by key. Exit status: 0 hits, 1 no match, 2 no metadata, 3 error.
     Meta { id: String, key: String },
 }
 
