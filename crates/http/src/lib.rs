@@ -16,6 +16,9 @@
 //! - **Errors** (`error.rs`, `extract.rs`): JSON `{"error": {"code",
 //!   "message"}}` with one status per kind of failure, for rejections of
 //!   paths and queries too.
+//! - **Unread bodies** (`unread_body.rs`): a response to a request whose body
+//!   was left unread says `Connection: close`, so clients never reuse a
+//!   connection the server is about to drop.
 //! - **Auth** (`auth.rs`): a bearer token for writes, and for reads too when
 //!   they are private.
 //! - **Observability** (`observe.rs`): one log line per request, Prometheus
@@ -35,6 +38,7 @@ mod meta;
 mod observe;
 mod ranged;
 mod rest_catalog;
+mod unread_body;
 mod upload;
 
 use std::net::SocketAddr;
@@ -152,6 +156,7 @@ pub fn router(store: Arc<Store>, config: Config) -> Router {
         .fallback(no_route)
         .method_not_allowed_fallback(no_method)
         .layer(DefaultBodyLimit::disable())
+        .layer(axum::middleware::from_fn(unread_body::close_if_unread))
         .layer(axum::middleware::from_fn_with_state(
             state.clone(),
             observe::track,
@@ -201,18 +206,28 @@ pub async fn bind(config: &Config) -> Result<tokio::net::TcpListener, ServeError
     Ok(tokio::net::TcpListener::bind(config.listen).await?)
 }
 
-/// [`serve`] on a listener bound already.
+/// [`serve`] on a listener bound already. When it returns, the store is
+/// closed and the data directory can be opened again.
 pub async fn serve_on(
     listener: tokio::net::TcpListener,
     config: Config,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> Result<(), ServeError> {
     let store = Arc::new(Store::open(&config.data, config.threads).await?);
-    let app = router(store, config);
+    let app = router(store.clone(), config);
     tracing::info!(addr = %listener.local_addr()?, "znippy serving");
     axum::serve(listener, app)
         .with_graceful_shutdown(shutdown)
         .await?;
+    // axum returns once every connection has let go of its shutdown signal,
+    // a moment before the connection drops its copy of the router, and with
+    // it the store. Waiting for the last copy means the data directory (the
+    // catalog's lock) is free when this returns, so it can be reopened.
+    let mut store = store;
+    while let Err(shared) = Arc::try_unwrap(store) {
+        store = shared;
+        tokio::time::sleep(std::time::Duration::from_millis(1)).await;
+    }
     Ok(())
 }
 
