@@ -7,7 +7,8 @@
 //! 100,000 files, and the server's peak RSS across a 4 GiB upload (law 4).
 //! The server is the release `znippy` next to this binary (or `ZNIPPY_BIN`),
 //! run as its own process so its memory is its own. `BENCH_QUICK=1` shrinks
-//! every size for a smoke run; `BENCH_DIR` picks the disk.
+//! every size for a smoke run; `BENCH_ONLY=get,rss` runs only those parts
+//! (`small`, `large`, `get`, `rss`); `BENCH_DIR` picks the disk.
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
@@ -119,218 +120,232 @@ async fn main() -> Result<()> {
         std::env::var("BENCH_DIR").unwrap_or_else(|_| std::env::temp_dir().display().to_string());
     let tmp = tempfile::tempdir_in(base_dir)?;
     let c = Client::new();
+    // BENCH_ONLY=get,rss runs only those parts (small, large, get, rss).
+    let only = std::env::var("BENCH_ONLY").ok();
+    let wants = |part: &str| {
+        only.as_deref()
+            .is_none_or(|o| o.split(',').any(|p| p.trim() == part))
+    };
     println!(
         "## HTTP service (`znippy serve` on loopback, {})\n",
         bin.display()
     );
+    println!("| workload | result |\n|---|---|");
 
     // 1. Small files: concurrent single-file PUTs, then multipart batches.
-    let server = Server::start(&bin, &tmp.path().join("small"))?;
-    let base = server.base.clone();
-    create(&c, &base, "small").await?;
-    let (clients, per_client) = if quick { (4, 25) } else { (8, 150) };
-    let start = Instant::now();
-    let mut tasks = Vec::new();
-    for t in 0..clients {
-        let (c, base) = (c.clone(), base.clone());
-        tasks.push(tokio::spawn(async move {
-            for i in 0..per_client {
-                let body = compressible(t * 100_000 + i, 1024);
-                check(
-                    c.put(format!("{base}/archives/small/files/c{t}/f{i}"))
-                        .body(body)
-                        .send()
-                        .await?,
-                )
-                .await?;
-            }
-            anyhow::Ok(())
-        }));
-    }
-    for t in tasks {
-        t.await??;
-    }
-    let took = start.elapsed();
-    let n = clients * per_client;
-    println!("| workload | result |\n|---|---|");
-    println!(
-        "| {n} single-file appends (1 KiB, PUT), {clients} clients | {:.0} appends/s |",
-        n as f64 / took.as_secs_f64()
-    );
-    let (batches, per_batch) = if quick { (5, 200) } else { (20, 1000) };
-    let start = Instant::now();
-    for b in 0..batches {
-        let mut form = Form::new();
-        for i in 0..per_batch {
-            let data = compressible(b * 1_000_000 + i, 1024);
-            form = form.part("f", Part::bytes(data).file_name(format!("batch{b}/f{i}")));
+    if wants("small") {
+        let server = Server::start(&bin, &tmp.path().join("small"))?;
+        let base = server.base.clone();
+        create(&c, &base, "small").await?;
+        let (clients, per_client) = if quick { (4, 25) } else { (8, 150) };
+        let start = Instant::now();
+        let mut tasks = Vec::new();
+        for t in 0..clients {
+            let (c, base) = (c.clone(), base.clone());
+            tasks.push(tokio::spawn(async move {
+                for i in 0..per_client {
+                    let body = compressible(t * 100_000 + i, 1024);
+                    check(
+                        c.put(format!("{base}/archives/small/files/c{t}/f{i}"))
+                            .body(body)
+                            .send()
+                            .await?,
+                    )
+                    .await?;
+                }
+                anyhow::Ok(())
+            }));
         }
-        check(
-            c.post(format!("{base}/archives/small/files"))
-                .multipart(form)
-                .send()
-                .await?,
-        )
-        .await?;
+        for t in tasks {
+            t.await??;
+        }
+        let took = start.elapsed();
+        let n = clients * per_client;
+        println!(
+            "| {n} single-file appends (1 KiB, PUT), {clients} clients | {:.0} appends/s |",
+            n as f64 / took.as_secs_f64()
+        );
+        let (batches, per_batch) = if quick { (5, 200) } else { (20, 1000) };
+        let start = Instant::now();
+        for b in 0..batches {
+            let mut form = Form::new();
+            for i in 0..per_batch {
+                let data = compressible(b * 1_000_000 + i, 1024);
+                form = form.part("f", Part::bytes(data).file_name(format!("batch{b}/f{i}")));
+            }
+            check(
+                c.post(format!("{base}/archives/small/files"))
+                    .multipart(form)
+                    .send()
+                    .await?,
+            )
+            .await?;
+        }
+        let took = start.elapsed();
+        println!(
+            "| {batches} multipart batches of {per_batch} x 1 KiB | {:.0} files/s ({:.1} batches/s) |",
+            (batches * per_batch) as f64 / took.as_secs_f64(),
+            batches as f64 / took.as_secs_f64()
+        );
+        drop(server);
     }
-    let took = start.elapsed();
-    println!(
-        "| {batches} multipart batches of {per_batch} x 1 KiB | {:.0} files/s ({:.1} batches/s) |",
-        (batches * per_batch) as f64 / took.as_secs_f64(),
-        batches as f64 / took.as_secs_f64()
-    );
-    drop(server);
 
     // 2. Large files: one PUT vs `znippy compress` of the same bytes on disk.
-    let server = Server::start(&bin, &tmp.path().join("large"))?;
-    let base = server.base.clone();
-    create(&c, &base, "large").await?;
-    let size = if quick { 64 << 20 } else { 1 << 30 };
-    let data = Bytes::from(compressible(42, size));
-    let dir = tmp.path().join("large-input");
-    std::fs::create_dir_all(&dir)?;
-    std::fs::write(dir.join("big.bin"), &data)?;
-    let start = Instant::now();
-    check(
-        c.put(format!("{base}/archives/large/files/big.bin"))
-            .body(data.clone())
-            .send()
-            .await?,
-    )
-    .await?;
-    let upload = start.elapsed();
-    drop(data);
-    let out = tmp.path().join("big.znippy");
-    let start = Instant::now();
-    let st = Command::new(&bin)
-        .arg("compress")
-        .arg(&dir)
-        .arg("-o")
-        .arg(&out)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()?;
-    if !st.success() {
-        bail!("znippy compress failed");
-    }
-    let compress = start.elapsed();
-    let mb = size as f64 / 1e6;
-    println!(
-        "| one {} MiB file: PUT vs `znippy compress` | {:.0} MB/s vs {:.0} MB/s ({:.2}x) |",
-        size >> 20,
-        mb / upload.as_secs_f64(),
-        mb / compress.as_secs_f64(),
-        compress.as_secs_f64() / upload.as_secs_f64()
-    );
-    drop(server);
-
-    // 3. GET latency: random files of a live archive with 100,000 files.
-    let server = Server::start(&bin, &tmp.path().join("get"))?;
-    let base = server.base.clone();
-    create(&c, &base, "many").await?;
-    let files: u64 = if quick { 10_000 } else { 100_000 };
-    let batch: u64 = 5_000;
-    let start = Instant::now();
-    for b in 0..files / batch {
-        let mut form = Form::new();
-        for i in 0..batch {
-            let n = b * batch + i;
-            let data = compressible(n, 200 + (n as usize * 37) % 4000);
-            form = form.part(
-                "f",
-                Part::bytes(data).file_name(format!("d{}/f{n}", n % 100)),
-            );
-        }
+    if wants("large") {
+        let server = Server::start(&bin, &tmp.path().join("large"))?;
+        let base = server.base.clone();
+        create(&c, &base, "large").await?;
+        let size = if quick { 64 << 20 } else { 1 << 30 };
+        let data = Bytes::from(compressible(42, size));
+        let dir = tmp.path().join("large-input");
+        std::fs::create_dir_all(&dir)?;
+        std::fs::write(dir.join("big.bin"), &data)?;
+        let start = Instant::now();
         check(
-            c.post(format!("{base}/archives/many/files"))
-                .multipart(form)
+            c.put(format!("{base}/archives/large/files/big.bin"))
+                .body(data.clone())
                 .send()
                 .await?,
         )
         .await?;
+        let upload = start.elapsed();
+        drop(data);
+        let out = tmp.path().join("big.znippy");
+        let start = Instant::now();
+        let st = Command::new(&bin)
+            .arg("compress")
+            .arg(&dir)
+            .arg("-o")
+            .arg(&out)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()?;
+        if !st.success() {
+            bail!("znippy compress failed");
+        }
+        let compress = start.elapsed();
+        let mb = size as f64 / 1e6;
+        println!(
+            "| one {} MiB file: PUT vs `znippy compress` | {:.0} MB/s vs {:.0} MB/s ({:.2}x) |",
+            size >> 20,
+            mb / upload.as_secs_f64(),
+            mb / compress.as_secs_f64(),
+            compress.as_secs_f64() / upload.as_secs_f64()
+        );
+        drop(server);
     }
-    let fill = start.elapsed();
-    let requests = if quick { 2_000 } else { 20_000 };
-    let concurrency = 4;
-    let lat = Arc::new(std::sync::Mutex::new(Vec::with_capacity(requests)));
-    let start = Instant::now();
-    let mut tasks = Vec::new();
-    for t in 0..concurrency {
-        let (c, base, lat) = (c.clone(), base.clone(), lat.clone());
-        tasks.push(tokio::spawn(async move {
-            let mut x = 0x9E37_79B9_7F4A_7C15u64 ^ t as u64;
-            for _ in 0..requests / concurrency {
-                x ^= x << 13;
-                x ^= x >> 7;
-                x ^= x << 17;
-                let n = x % files;
-                let t0 = Instant::now();
-                let r = check(
-                    c.get(format!("{base}/archives/many/files/d{}/f{n}", n % 100))
-                        .send()
-                        .await?,
-                )
-                .await?;
-                let body = r.bytes().await?;
-                let took = t0.elapsed();
-                if body.len() != 200 + (n as usize * 37) % 4000 {
-                    bail!("f{n}: {} bytes", body.len());
-                }
-                lat.lock()
-                    .map_err(|_| anyhow::anyhow!("poisoned"))?
-                    .push(took);
+
+    // 3. GET latency: random files of a live archive with 100,000 files.
+    if wants("get") {
+        let server = Server::start(&bin, &tmp.path().join("get"))?;
+        let base = server.base.clone();
+        create(&c, &base, "many").await?;
+        let files: u64 = if quick { 10_000 } else { 100_000 };
+        let batch: u64 = 5_000;
+        let start = Instant::now();
+        for b in 0..files / batch {
+            let mut form = Form::new();
+            for i in 0..batch {
+                let n = b * batch + i;
+                let data = compressible(n, 200 + (n as usize * 37) % 4000);
+                form = form.part(
+                    "f",
+                    Part::bytes(data).file_name(format!("d{}/f{n}", n % 100)),
+                );
             }
-            anyhow::Ok(())
-        }));
+            check(
+                c.post(format!("{base}/archives/many/files"))
+                    .multipart(form)
+                    .send()
+                    .await?,
+            )
+            .await?;
+        }
+        let fill = start.elapsed();
+        let requests = if quick { 2_000 } else { 20_000 };
+        let concurrency = 4;
+        let lat = Arc::new(std::sync::Mutex::new(Vec::with_capacity(requests)));
+        let start = Instant::now();
+        let mut tasks = Vec::new();
+        for t in 0..concurrency {
+            let (c, base, lat) = (c.clone(), base.clone(), lat.clone());
+            tasks.push(tokio::spawn(async move {
+                let mut x = 0x9E37_79B9_7F4A_7C15u64 ^ t as u64;
+                for _ in 0..requests / concurrency {
+                    x ^= x << 13;
+                    x ^= x >> 7;
+                    x ^= x << 17;
+                    let n = x % files;
+                    let t0 = Instant::now();
+                    let r = check(
+                        c.get(format!("{base}/archives/many/files/d{}/f{n}", n % 100))
+                            .send()
+                            .await?,
+                    )
+                    .await?;
+                    let body = r.bytes().await?;
+                    let took = t0.elapsed();
+                    if body.len() != 200 + (n as usize * 37) % 4000 {
+                        bail!("f{n}: {} bytes", body.len());
+                    }
+                    lat.lock()
+                        .map_err(|_| anyhow::anyhow!("poisoned"))?
+                        .push(took);
+                }
+                anyhow::Ok(())
+            }));
+        }
+        for t in tasks {
+            t.await??;
+        }
+        let wall = start.elapsed();
+        let mut lat = lat.lock().map_err(|_| anyhow::anyhow!("poisoned"))?.clone();
+        lat.sort();
+        println!(
+            "| GET of random files, live archive of {files} files ({} to fill), {concurrency} clients | p50 {}, p99 {}, max {}; {:.0} req/s |",
+            ms(fill),
+            ms(percentile(&lat, 0.5)),
+            ms(percentile(&lat, 0.99)),
+            ms(lat[lat.len() - 1]),
+            lat.len() as f64 / wall.as_secs_f64()
+        );
+        drop(server);
     }
-    for t in tasks {
-        t.await??;
-    }
-    let wall = start.elapsed();
-    let mut lat = lat.lock().map_err(|_| anyhow::anyhow!("poisoned"))?.clone();
-    lat.sort();
-    println!(
-        "| GET of random files, live archive of {files} files ({} to fill), {concurrency} clients | p50 {}, p99 {}, max {}; {:.0} req/s |",
-        ms(fill),
-        ms(percentile(&lat, 0.5)),
-        ms(percentile(&lat, 0.99)),
-        ms(lat[lat.len() - 1]),
-        lat.len() as f64 / wall.as_secs_f64()
-    );
-    drop(server);
 
     // 4. Law 4: a 4 GiB upload, streamed, against the server's peak RSS.
-    let server = Server::start(&bin, &tmp.path().join("rss"))?;
-    let base = server.base.clone();
-    create(&c, &base, "rss").await?;
-    let (peak_before, _) = server.rss_mib()?;
-    let total: u64 = if quick { 256 << 20 } else { 4 << 30 };
-    let block = Bytes::from(compressible(7, 1 << 20));
-    let chunks = (total >> 20) as usize;
-    // 1 MiB chunks that neither dedupe nor vanish: a counter in front of each.
-    let body = futures::stream::iter((0..chunks).map(move |i| {
-        let mut chunk = block.to_vec();
-        chunk[..8].copy_from_slice(&(i as u64).to_le_bytes());
-        Ok::<_, std::io::Error>(Bytes::from(chunk))
-    }));
-    let start = Instant::now();
-    check(
-        c.put(format!("{base}/archives/rss/files/huge.bin"))
-            .body(reqwest::Body::wrap_stream(body))
-            .send()
-            .await?,
-    )
-    .await?;
-    let took = start.elapsed();
-    let (peak_after, now) = server.rss_mib()?;
-    println!(
-        "| {} MiB streamed upload: server peak RSS before / after | {:.1} / {:.1} MiB ({:.1} MiB now); {:.0} MB/s |",
-        total >> 20,
-        peak_before,
-        peak_after,
-        now,
-        total as f64 / 1e6 / took.as_secs_f64()
-    );
-    drop(server);
+    if wants("rss") {
+        let server = Server::start(&bin, &tmp.path().join("rss"))?;
+        let base = server.base.clone();
+        create(&c, &base, "rss").await?;
+        let (peak_before, _) = server.rss_mib()?;
+        let total: u64 = if quick { 256 << 20 } else { 4 << 30 };
+        let block = Bytes::from(compressible(7, 1 << 20));
+        let chunks = (total >> 20) as usize;
+        // 1 MiB chunks that neither dedupe nor vanish: a counter in front of each.
+        let body = futures::stream::iter((0..chunks).map(move |i| {
+            let mut chunk = block.to_vec();
+            chunk[..8].copy_from_slice(&(i as u64).to_le_bytes());
+            Ok::<_, std::io::Error>(Bytes::from(chunk))
+        }));
+        let start = Instant::now();
+        check(
+            c.put(format!("{base}/archives/rss/files/huge.bin"))
+                .body(reqwest::Body::wrap_stream(body))
+                .send()
+                .await?,
+        )
+        .await?;
+        let took = start.elapsed();
+        let (peak_after, now) = server.rss_mib()?;
+        println!(
+            "| {} MiB streamed upload: server peak RSS before / after | {:.1} / {:.1} MiB ({:.1} MiB now); {:.0} MB/s |",
+            total >> 20,
+            peak_before,
+            peak_after,
+            now,
+            total as f64 / 1e6 / took.as_secs_f64()
+        );
+        drop(server);
+    }
     Ok(())
 }

@@ -201,22 +201,27 @@ fn a_failed_append_leaves_the_archive_as_it_was() {
         &meta_with(&[(None, "k", "v")]),
     );
     let before = std::fs::read(&arc).unwrap();
-    let batch = vec![
-        Ok(InputFile::from_bytes("ok", noise(1, 200_000), None)),
-        Ok(InputFile {
-            path: "broken".into(),
-            mode: None,
-            source: znippy_format::Source::Reader(Box::new(Failing(150_000))),
-        }),
-    ];
-    let err = append(&arc, batch, MetaUpdate::default(), 2, &mut |_| {}).unwrap_err();
-    assert!(matches!(err, Error::Io { .. }), "{err}");
-    assert!(err.to_string().contains("broken"), "{err}");
-    assert_eq!(
-        std::fs::read(&arc).unwrap(),
-        before,
-        "byte for byte as before"
-    );
+    // Failing inside a small file, and several pieces into a large one, with
+    // files before and after it.
+    for fail_after in [150_000, 5_000_000] {
+        let batch = vec![
+            Ok(InputFile::from_bytes("ok", noise(1, 200_000), None)),
+            Ok(InputFile {
+                path: "broken".into(),
+                mode: None,
+                source: znippy_format::Source::Reader(Box::new(Failing(fail_after))),
+            }),
+            Ok(InputFile::from_bytes("after", noise(2, 3_000_000), None)),
+        ];
+        let err = append(&arc, batch, MetaUpdate::default(), 2, &mut |_| {}).unwrap_err();
+        assert!(matches!(err, Error::Io { .. }), "{err}");
+        assert!(err.to_string().contains("broken"), "{err}");
+        assert_eq!(
+            std::fs::read(&arc).unwrap(),
+            before,
+            "byte for byte as before"
+        );
+    }
     let bad_path = vec![Ok(InputFile::from_bytes("../escape", vec![1], None))];
     assert!(matches!(
         append(&arc, bad_path, MetaUpdate::default(), 2, &mut |_| {}),

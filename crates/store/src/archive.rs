@@ -32,7 +32,7 @@ use znippy_format::{
 
 use crate::catalog::{RedbCatalog, BLOB_END_KEY};
 use crate::error::{Result, StoreError};
-use crate::file::FileReader;
+use crate::file::{FileReader, ScratchPool};
 use crate::sidecar::Sidecar;
 use crate::tables::{self, FileRow, MetaLogRow, FILES, META};
 use crate::SealedFile;
@@ -346,7 +346,7 @@ impl LiveArchive {
     /// Opens `path` for reading: its rows come from the derived lookup (or the
     /// sealed archive's tail), and reads touch only its blobs; no Iceberg file is
     /// read.
-    pub fn open_file(&self, path: &str) -> Result<FileReader> {
+    pub fn open_file(&self, path: &str, scratches: Arc<ScratchPool>) -> Result<FileReader> {
         if let Some(sealed) = &self.sealed {
             let f = std::fs::File::open(&sealed.path)
                 .map_err(|e| StoreError::io(format!("opening {}", sealed.path.display()), e))?;
@@ -356,7 +356,7 @@ impl LiveArchive {
                 r => r?,
             };
             let src: Arc<dyn ReadAt> = archive.source().clone();
-            return FileReader::new(path, rows, archive.region(), src);
+            return FileReader::new(path, rows, archive.region(), src, scratches);
         }
         let file = self
             .live
@@ -367,7 +367,7 @@ impl LiveArchive {
             end: self.blob_end,
         };
         let src: Arc<dyn ReadAt> = self.sidecar.clone();
-        FileReader::new(path, file.rows.clone(), region, src)
+        FileReader::new(path, file.rows.clone(), region, src, scratches)
     }
 
     /// The first step of an append: what writing its blobs needs. The caller

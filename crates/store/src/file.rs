@@ -7,11 +7,39 @@
 
 use std::io::Write;
 use std::ops::Range;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use znippy_format::{BlobRegion, BlobScratch, Entry, ReadAt, SliceRow};
 
 use crate::error::{Result, StoreError};
+
+/// Decode buffers and zstd contexts kept between reads. A fresh scratch maps
+/// its decode buffer and takes the page faults of whatever it decodes, which
+/// costs more than reading a small file out of a warm one; a server reads many.
+#[derive(Debug, Default)]
+pub(crate) struct ScratchPool(Mutex<Vec<BlobScratch>>);
+
+/// Scratches kept for reuse; reads beyond this many at once get fresh ones.
+/// Each holds a decode buffer of up to chunk_size bytes.
+const KEPT_SCRATCHES: usize = 8;
+
+impl ScratchPool {
+    fn take(&self) -> BlobScratch {
+        self.0
+            .lock()
+            .ok()
+            .and_then(|mut kept| kept.pop())
+            .unwrap_or_default()
+    }
+
+    fn give_back(&self, scratch: BlobScratch) {
+        if let Ok(mut kept) = self.0.lock() {
+            if kept.len() < KEPT_SCRATCHES {
+                kept.push(scratch);
+            }
+        }
+    }
+}
 
 /// A file's rows and a handle on the bytes they point into.
 pub struct FileReader {
@@ -19,6 +47,7 @@ pub struct FileReader {
     rows: Vec<SliceRow>,
     region: BlobRegion,
     src: Arc<dyn ReadAt>,
+    scratches: Arc<ScratchPool>,
 }
 
 impl std::fmt::Debug for FileReader {
@@ -35,6 +64,7 @@ impl FileReader {
         rows: Vec<SliceRow>,
         region: BlobRegion,
         src: Arc<dyn ReadAt>,
+        scratches: Arc<ScratchPool>,
     ) -> Result<Self> {
         let size = znippy_format::check_file_rows(path, &rows)?;
         let entry = Entry {
@@ -48,6 +78,7 @@ impl FileReader {
             rows,
             region,
             src,
+            scratches,
         })
     }
 
@@ -70,12 +101,14 @@ impl FileReader {
     /// Writes bytes `range` of the file (clamped to its size) to `out`, reading
     /// and verifying only the slices the range touches.
     pub fn read_range(&self, range: Range<u64>, out: &mut dyn Write) -> Result<u64> {
-        let mut scratch = BlobScratch::default();
-        self.region
-            .write_range(self.src.as_ref(), &self.rows, range, out, &mut scratch)
-            .map_err(|e| match e {
-                znippy_format::Error::NotFound(p) => StoreError::NotFound(p),
-                e => e.into(),
-            })
+        let mut scratch = self.scratches.take();
+        let written =
+            self.region
+                .write_range(self.src.as_ref(), &self.rows, range, out, &mut scratch);
+        self.scratches.give_back(scratch);
+        written.map_err(|e| match e {
+            znippy_format::Error::NotFound(p) => StoreError::NotFound(p),
+            e => e.into(),
+        })
     }
 }

@@ -231,6 +231,7 @@ pub struct Store {
     dir: PathBuf,
     threads: usize,
     open: Mutex<HashMap<String, Arc<Slot>>>,
+    scratches: Arc<file::ScratchPool>,
 }
 
 impl std::fmt::Debug for Store {
@@ -259,6 +260,7 @@ impl Store {
             dir: dir.to_path_buf(),
             threads: threads.max(1),
             open: Mutex::new(HashMap::new()),
+            scratches: Arc::default(),
         })
     }
 
@@ -484,7 +486,7 @@ impl Store {
     pub async fn open_file(&self, id: &str, path: &str) -> Result<FileReader> {
         let slot = self.slot(id).await?;
         let a = slot.state.lock().await;
-        a.open_file(path)
+        a.open_file(path, self.scratches.clone())
     }
 
     /// Live files whose paths start with `prefix`, in path order.
