@@ -4,7 +4,8 @@
 //! Prints Markdown: small-file appends per second (concurrent raw PUTs, and
 //! multipart batches), large-file MB/s next to `znippy compress` of the same
 //! bytes, GET latency percentiles for random files of a live archive with
-//! 100,000 files, and the server's peak RSS across a 4 GiB upload (law 4).
+//! 100,000 files and of the same archive sealed, and the server's peak RSS
+//! across a 4 GiB upload (law 4).
 //! The server is the release `znippy` next to this binary (or `ZNIPPY_BIN`),
 //! run as its own process so its memory is its own. `BENCH_QUICK=1` shrinks
 //! every size for a smoke run; `BENCH_ONLY=get,rss` runs only those parts
@@ -104,6 +105,56 @@ async fn create(c: &Client, base: &str, id: &str) -> Result<()> {
     )
     .await?;
     Ok(())
+}
+
+/// `requests` GETs of random files `d{n % 100}/f{n}` of archive `many` from
+/// `concurrency` clients: their latencies, sorted, and the rate.
+async fn get_latency(
+    c: &Client,
+    base: &str,
+    files: u64,
+    requests: usize,
+    concurrency: usize,
+) -> Result<(Vec<Duration>, f64)> {
+    let lat = Arc::new(std::sync::Mutex::new(Vec::with_capacity(requests)));
+    let start = Instant::now();
+    let mut tasks = Vec::new();
+    for t in 0..concurrency {
+        let (c, base, lat) = (c.clone(), base.to_string(), lat.clone());
+        tasks.push(tokio::spawn(async move {
+            let mut x = 0x9E37_79B9_7F4A_7C15u64 ^ t as u64;
+            for _ in 0..requests / concurrency {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                let n = x % files;
+                let t0 = Instant::now();
+                let r = check(
+                    c.get(format!("{base}/archives/many/files/d{}/f{n}", n % 100))
+                        .send()
+                        .await?,
+                )
+                .await?;
+                let body = r.bytes().await?;
+                let took = t0.elapsed();
+                if body.len() != 200 + (n as usize * 37) % 4000 {
+                    bail!("f{n}: {} bytes", body.len());
+                }
+                lat.lock()
+                    .map_err(|_| anyhow::anyhow!("poisoned"))?
+                    .push(took);
+            }
+            anyhow::Ok(())
+        }));
+    }
+    for t in tasks {
+        t.await??;
+    }
+    let wall = start.elapsed();
+    let mut lat = lat.lock().map_err(|_| anyhow::anyhow!("poisoned"))?.clone();
+    lat.sort();
+    let rate = lat.len() as f64 / wall.as_secs_f64();
+    Ok((lat, rate))
 }
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
@@ -264,50 +315,24 @@ async fn main() -> Result<()> {
         let fill = start.elapsed();
         let requests = if quick { 2_000 } else { 20_000 };
         let concurrency = 4;
-        let lat = Arc::new(std::sync::Mutex::new(Vec::with_capacity(requests)));
-        let start = Instant::now();
-        let mut tasks = Vec::new();
-        for t in 0..concurrency {
-            let (c, base, lat) = (c.clone(), base.clone(), lat.clone());
-            tasks.push(tokio::spawn(async move {
-                let mut x = 0x9E37_79B9_7F4A_7C15u64 ^ t as u64;
-                for _ in 0..requests / concurrency {
-                    x ^= x << 13;
-                    x ^= x >> 7;
-                    x ^= x << 17;
-                    let n = x % files;
-                    let t0 = Instant::now();
-                    let r = check(
-                        c.get(format!("{base}/archives/many/files/d{}/f{n}", n % 100))
-                            .send()
-                            .await?,
-                    )
-                    .await?;
-                    let body = r.bytes().await?;
-                    let took = t0.elapsed();
-                    if body.len() != 200 + (n as usize * 37) % 4000 {
-                        bail!("f{n}: {} bytes", body.len());
-                    }
-                    lat.lock()
-                        .map_err(|_| anyhow::anyhow!("poisoned"))?
-                        .push(took);
-                }
-                anyhow::Ok(())
-            }));
-        }
-        for t in tasks {
-            t.await??;
-        }
-        let wall = start.elapsed();
-        let mut lat = lat.lock().map_err(|_| anyhow::anyhow!("poisoned"))?.clone();
-        lat.sort();
+        let (lat, rate) = get_latency(&c, &base, files, requests, concurrency).await?;
         println!(
-            "| GET of random files, live archive of {files} files ({} to fill), {concurrency} clients | p50 {}, p99 {}, max {}; {:.0} req/s |",
+            "| GET of random files, live archive of {files} files ({} to fill), {concurrency} clients | p50 {}, p99 {}, max {}; {rate:.0} req/s |",
             ms(fill),
             ms(percentile(&lat, 0.5)),
             ms(percentile(&lat, 0.99)),
             ms(lat[lat.len() - 1]),
-            lat.len() as f64 / wall.as_secs_f64()
+        );
+        let start = Instant::now();
+        check(c.post(format!("{base}/archives/many/seal")).send().await?).await?;
+        let seal = start.elapsed();
+        let (lat, rate) = get_latency(&c, &base, files, requests, concurrency).await?;
+        println!(
+            "| same, after sealing it ({} to seal) | p50 {}, p99 {}, max {}; {rate:.0} req/s |",
+            ms(seal),
+            ms(percentile(&lat, 0.5)),
+            ms(percentile(&lat, 0.99)),
+            ms(lat[lat.len() - 1]),
         );
         drop(server);
     }
