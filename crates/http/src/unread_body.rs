@@ -1,13 +1,14 @@
 //! A request whose body was not read to its end closes its connection.
 //!
-//! When a handler refuses a request before reading its body (too large, no
-//! such archive, bad token), the unread bytes are still on the wire. hyper
-//! then either drains them or drops the connection, and decides which only
-//! after the response head may have gone out saying "keep-alive". A pooling
-//! client that sends its next request on that connection sees it closed
-//! under it. Saying `Connection: close` on every such response makes the
-//! outcome one thing: the client opens a fresh connection, and hyper closes
-//! this one after the response (it honours the header).
+//! When the service refuses a request before reading its body (too large, a
+//! bad token, a method the route does not take), the unread bytes are still
+//! on the wire. hyper then either drains them or drops the connection, and
+//! decides which only after the response head may have gone out saying
+//! "keep-alive". A pooling client that sends its next request on that
+//! connection sees it closed under it. Saying `Connection: close` on every
+//! such response makes the outcome one thing: the client opens a fresh
+//! connection, and hyper closes this one after the response (it honours the
+//! header).
 
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
