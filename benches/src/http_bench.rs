@@ -85,6 +85,36 @@ fn percentile(sorted: &[Duration], p: f64) -> Duration {
     sorted[((sorted.len() - 1) as f64 * p).round() as usize]
 }
 
+/// p50, p99 and max of sorted latencies.
+fn spread(sorted: &[Duration]) -> String {
+    format!(
+        "p50 {}, p99 {}, max {}",
+        ms(percentile(sorted, 0.5)),
+        ms(percentile(sorted, 0.99)),
+        ms(sorted[sorted.len() - 1])
+    )
+}
+
+/// Appends `files` (path, bytes) to archive `id` in one multipart request.
+async fn post_files(
+    c: &Client,
+    base: &str,
+    id: &str,
+    files: impl Iterator<Item = (String, Vec<u8>)>,
+) -> Result<()> {
+    let form = files.fold(Form::new(), |form, (path, data)| {
+        form.part("f", Part::bytes(data).file_name(path))
+    });
+    check(
+        c.post(format!("{base}/archives/{id}/files"))
+            .multipart(form)
+            .send()
+            .await?,
+    )
+    .await?;
+    Ok(())
+}
+
 fn ms(d: Duration) -> String {
     format!("{:.2} ms", d.as_secs_f64() * 1e3)
 }
@@ -219,18 +249,13 @@ async fn main() -> Result<()> {
         let (batches, per_batch) = if quick { (5, 200) } else { (20, 1000) };
         let start = Instant::now();
         for b in 0..batches {
-            let mut form = Form::new();
-            for i in 0..per_batch {
-                let data = compressible(b * 1_000_000 + i, 1024);
-                form = form.part("f", Part::bytes(data).file_name(format!("batch{b}/f{i}")));
-            }
-            check(
-                c.post(format!("{base}/archives/small/files"))
-                    .multipart(form)
-                    .send()
-                    .await?,
-            )
-            .await?;
+            let files = (0..per_batch).map(|i| {
+                (
+                    format!("batch{b}/f{i}"),
+                    compressible(b * 1_000_000 + i, 1024),
+                )
+            });
+            post_files(&c, &base, "small", files).await?;
         }
         let took = start.elapsed();
         println!(
@@ -295,44 +320,29 @@ async fn main() -> Result<()> {
         let batch: u64 = 5_000;
         let start = Instant::now();
         for b in 0..files / batch {
-            let mut form = Form::new();
-            for i in 0..batch {
-                let n = b * batch + i;
+            let parts = (b * batch..(b + 1) * batch).map(|n| {
                 let data = compressible(n, 200 + (n as usize * 37) % 4000);
-                form = form.part(
-                    "f",
-                    Part::bytes(data).file_name(format!("d{}/f{n}", n % 100)),
-                );
-            }
-            check(
-                c.post(format!("{base}/archives/many/files"))
-                    .multipart(form)
-                    .send()
-                    .await?,
-            )
-            .await?;
+                (format!("d{}/f{n}", n % 100), data)
+            });
+            post_files(&c, &base, "many", parts).await?;
         }
         let fill = start.elapsed();
         let requests = if quick { 2_000 } else { 20_000 };
         let concurrency = 4;
         let (lat, rate) = get_latency(&c, &base, files, requests, concurrency).await?;
         println!(
-            "| GET of random files, live archive of {files} files ({} to fill), {concurrency} clients | p50 {}, p99 {}, max {}; {rate:.0} req/s |",
+            "| GET of random files, live archive of {files} files ({} to fill), {concurrency} clients | {}; {rate:.0} req/s |",
             ms(fill),
-            ms(percentile(&lat, 0.5)),
-            ms(percentile(&lat, 0.99)),
-            ms(lat[lat.len() - 1]),
+            spread(&lat),
         );
         let start = Instant::now();
         check(c.post(format!("{base}/archives/many/seal")).send().await?).await?;
         let seal = start.elapsed();
         let (lat, rate) = get_latency(&c, &base, files, requests, concurrency).await?;
         println!(
-            "| same, after sealing it ({} to seal) | p50 {}, p99 {}, max {}; {rate:.0} req/s |",
+            "| same, after sealing it ({} to seal) | {}; {rate:.0} req/s |",
             ms(seal),
-            ms(percentile(&lat, 0.5)),
-            ms(percentile(&lat, 0.99)),
-            ms(lat[lat.len() - 1]),
+            spread(&lat),
         );
         drop(server);
     }

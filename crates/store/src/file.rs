@@ -112,3 +112,55 @@ impl FileReader {
         })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn kept(pool: &ScratchPool) -> usize {
+        pool.0.lock().map_or(0, |k| k.len())
+    }
+
+    #[test]
+    fn the_pool_keeps_what_comes_back_up_to_its_bound() {
+        let pool = ScratchPool::default();
+        let taken: Vec<BlobScratch> = (0..KEPT_SCRATCHES + 3).map(|_| pool.take()).collect();
+        assert_eq!(kept(&pool), 0);
+        for s in taken {
+            pool.give_back(s);
+        }
+        assert_eq!(kept(&pool), KEPT_SCRATCHES);
+        let _reused = pool.take();
+        assert_eq!(kept(&pool), KEPT_SCRATCHES - 1);
+    }
+
+    #[test]
+    fn a_read_returns_its_scratch_to_the_pool() {
+        let bytes = b"hello, pool".to_vec();
+        let row = SliceRow {
+            relative_path: "f".into(),
+            chunk_seq: 0,
+            fdata_offset: 0,
+            uncompressed_size: bytes.len() as u64,
+            blob_offset: 0,
+            blob_size: bytes.len() as u64,
+            blob_inner_offset: 0,
+            compressed: false,
+            checksum: *blake3::hash(&bytes).as_bytes(),
+            mode: None,
+        };
+        let region = BlobRegion {
+            chunk_size: 1 << 20,
+            end: bytes.len() as u64,
+        };
+        let pool = Arc::new(ScratchPool::default());
+        let src: Arc<dyn ReadAt> = Arc::new(bytes.clone());
+        let file = FileReader::new("f", vec![row], region, src, pool.clone()).unwrap();
+        for _ in 0..3 {
+            let mut out = Vec::new();
+            file.read_range(0..u64::MAX, &mut out).unwrap();
+            assert_eq!(out, bytes);
+            assert_eq!(kept(&pool), 1, "one scratch, reused");
+        }
+    }
+}
