@@ -7,12 +7,13 @@
 use std::io::Write;
 use std::ops::Range;
 
-use memmap2::{MmapMut, MmapOptions};
+use memmap2::MmapMut;
 use zstd::zstd_safe::{DCtx, DParameter, InBuffer, OutBuffer, ResetDirective};
 
 use crate::error::{Error, Result};
 use crate::io::ReadAt;
 use crate::ipc::read_at;
+use crate::pages;
 use crate::row::SliceRow;
 
 /// The bounds every row of a blob region must respect.
@@ -48,10 +49,6 @@ const READ_PIECE: usize = 128 << 10;
 /// the block (at most 128 KiB of output) that holds the slice's end, unless the
 /// next blocks compress so well that they end within the same feed.
 const FEED: usize = 8 << 10;
-
-/// The decode buffer is mapped in multiples of this, the x86-64 and aarch64
-/// huge page size, so the kernel can back it with huge pages.
-const HUGE_PAGE: usize = 2 << 20;
 
 /// A huge page costs about as much to clear as this many bytes cost in 4 KiB
 /// faults (measured here: ~0.1 ms against ~2.5 µs a fault), so a decode that
@@ -196,7 +193,10 @@ fn decode_prefix<'s>(
         .map_err(|c| corrupt(&zstd::zstd_safe::get_error_name(c)))?;
     let buf = match decoded.take() {
         Some(m) if m.len() >= content => decoded.insert(m),
-        _ => decoded.insert(decode_buffer(content, end >= HUGE_PAGE_WORTH)?),
+        _ => decoded.insert(
+            pages::map(content, end >= HUGE_PAGE_WORTH)
+                .map_err(|e| Error::io("mapping a decode buffer", e))?,
+        ),
     };
     let mut out = OutBuffer::around(&mut buf[..content]);
     'frame: while out.pos() < end {
@@ -223,24 +223,6 @@ fn decode_prefix<'s>(
         return Err(corrupt(&"decodes short"));
     }
     Ok(&buf[..end])
-}
-
-/// A zeroed buffer of at least `len` bytes (`len` is bounded by chunk_size),
-/// on huge pages if `huge` and the kernel agrees.
-fn decode_buffer(len: usize, huge: bool) -> Result<MmapMut> {
-    let mapped = len.div_ceil(HUGE_PAGE).max(1) * HUGE_PAGE;
-    let map = MmapOptions::new()
-        .len(mapped)
-        .map_anon()
-        .map_err(|e| Error::io("mapping a decode buffer", e))?;
-    // Only advice: where huge pages are off or unsupported the map works as is.
-    #[cfg(target_os = "linux")]
-    if huge {
-        let _ = map.advise(memmap2::Advice::HugePage);
-    }
-    #[cfg(not(target_os = "linux"))]
-    let _ = huge;
-    Ok(map)
 }
 
 fn new_dctx() -> std::result::Result<DCtx<'static>, &'static str> {

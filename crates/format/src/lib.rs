@@ -45,6 +45,7 @@ mod io;
 mod ipc;
 mod manifest;
 mod meta;
+mod pages;
 mod path;
 mod props;
 mod reader;
