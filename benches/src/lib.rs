@@ -13,7 +13,7 @@ pub fn compressible(seed: u64, len: usize) -> Vec<u8> {
         x ^= x >> 7;
         x ^= x << 17;
         out.extend_from_slice(words[(x % 8) as usize]);
-        if x % 5 == 0 {
+        if x.is_multiple_of(5) {
             out.extend_from_slice(&x.to_le_bytes()[..3]);
         }
     }

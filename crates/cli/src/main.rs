@@ -4,7 +4,7 @@
 mod progress;
 
 use std::ffi::OsString;
-use std::fs::File;
+use std::fs::{File, TryLockError};
 use std::io::{BufWriter, Write};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
@@ -14,8 +14,8 @@ use anyhow::{bail, Context, Result};
 use clap::{Parser, Subcommand};
 use znippy_cli::{gather, meta_args, threads};
 use znippy_format::{
-    append, compress, extract_all, scan_dir, Archive, ArchiveProps, InputFile, MetaSearch,
-    MetaUpdate, Metadata,
+    append, compress, extract_all, recover, scan_dir, undo_path, Archive, ArchiveProps, InputFile,
+    MetaSearch, MetaUpdate, Metadata, Recovery,
 };
 
 use progress::{human, Progress};
@@ -154,6 +154,10 @@ enum Cmd {
         #[arg(long)]
         threads: Option<usize>,
     },
+    /// Put an archive back as it was before an append that did not finish (the
+    /// process or the machine died in the middle). The next append does this
+    /// by itself; other commands refuse the archive until then.
+    Recover { archive: PathBuf },
 }
 
 fn main() -> ExitCode {
@@ -170,6 +174,25 @@ fn main() -> ExitCode {
 
 fn open(path: &Path) -> Result<Archive<File>> {
     let f = File::open(path).with_context(|| format!("opening {}", path.display()))?;
+    if undo_path(path).exists() {
+        // A running append holds the archive's lock; an interrupted one left
+        // its undo file and no lock.
+        match f.try_lock_shared() {
+            Err(TryLockError::WouldBlock) => {
+                bail!(
+                    "an append to {} is running; try again when it is done",
+                    path.display()
+                )
+            }
+            _ if undo_path(path).exists() => bail!(
+                "an append to {0} did not finish ({1} is still there): `znippy recover {0}` \
+                 puts the archive back as it was before it",
+                path.display(),
+                undo_path(path).display()
+            ),
+            _ => {}
+        }
+    }
     Archive::open(f).with_context(|| format!("reading {}", path.display()))
 }
 
@@ -350,6 +373,12 @@ fn run(cmd: Cmd) -> Result<ExitCode> {
         } => {
             let set = meta_args::table(&meta, &meta_archive)?;
             let files = gather(&inputs)?;
+            if recover(&archive)? == Recovery::RolledBack {
+                eprintln!(
+                    "znippy: an earlier append to {} did not finish; the archive is back as it was before it",
+                    archive.display()
+                );
+            }
             let total = files.iter().map(|f| f.size).sum();
             let bar = Progress::new(total, "append");
             let batch = files.iter().map(|f| Ok::<InputFile, _>(f.input()));
@@ -357,6 +386,16 @@ fn run(cmd: Cmd) -> Result<ExitCode> {
                 bar.inc(n)
             })?;
             bar.finish("appended", s.files, s.bytes_in, s.archive_len);
+        }
+        Cmd::Recover { archive } => {
+            let said = match recover(&archive)? {
+                Recovery::Clean => "nothing to recover",
+                Recovery::RolledBack => "back as it was before the append that did not finish",
+                Recovery::DiscardedTorn => {
+                    "the append stopped before changing the archive; its undo file is removed"
+                }
+            };
+            println!("{}: {said}", archive.display());
         }
     }
     Ok(ExitCode::SUCCESS)

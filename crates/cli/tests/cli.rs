@@ -376,3 +376,90 @@ fn the_archiver_links_none_of_the_service_and_hands_it_over() {
     assert_eq!(out.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&out.stderr).starts_with("znippy: "));
 }
+
+/// Starts `znippy append ARC INPUT`, waits until its blobs have begun to
+/// overwrite the old tail (the archive grew past `old_len`), and SIGKILLs it.
+fn kill_appending(arc: &Path, input: &Path, old_len: u64) {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_znippy"))
+        .args(["append", s(arc), s(input)])
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("run znippy");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while std::fs::metadata(arc).unwrap().len() <= old_len {
+        assert!(
+            child.try_wait().unwrap().is_none(),
+            "the append ended before it could be killed"
+        );
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the append never wrote"
+        );
+        std::thread::sleep(std::time::Duration::from_micros(200));
+    }
+    child.kill().unwrap();
+    let status = child.wait().unwrap();
+    assert!(
+        !status.success(),
+        "killed mid-append, not finished: {status}"
+    );
+}
+
+#[test]
+fn a_killed_append_is_undone_by_recover_or_by_the_next_append() {
+    let tmp = tempfile::tempdir().unwrap();
+    let src = tmp.path().join("src");
+    tree(&src);
+    let arc = tmp.path().join("a.znippy");
+    ok(&["compress", s(&src), "-o", s(&arc)]);
+    let before = std::fs::read(&arc).unwrap();
+
+    // 256 MiB that neither compresses nor dedupes: the append is still busy
+    // long after its first blob lands on the old tail.
+    let big = tmp.path().join("big");
+    std::fs::create_dir(&big).unwrap();
+    let mut x = 0x9E37_79B9_7F4A_7C15u64;
+    let bytes: Vec<u8> = (0..32 << 20)
+        .flat_map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x.to_le_bytes()
+        })
+        .collect();
+    std::fs::write(big.join("big.bin"), bytes).unwrap();
+
+    kill_appending(&arc, &big, before.len() as u64);
+    let list = znippy(&["list", s(&arc)]);
+    assert!(!list.status.success());
+    let said = String::from_utf8_lossy(&list.stderr);
+    assert!(
+        said.contains("did not finish") && said.contains("znippy recover"),
+        "{said}"
+    );
+    let out = ok(&["recover", s(&arc)]);
+    assert!(String::from_utf8_lossy(&out.stdout).contains("back as it was"));
+    assert_eq!(
+        Sha256::digest(std::fs::read(&arc).unwrap()),
+        Sha256::digest(&before),
+        "byte for byte as before the killed append"
+    );
+    ok(&["verify", s(&arc)]);
+    let out = ok(&["recover", s(&arc)]);
+    assert!(String::from_utf8_lossy(&out.stdout).contains("nothing to recover"));
+
+    kill_appending(&arc, &big, before.len() as u64);
+    let more = tmp.path().join("more");
+    std::fs::create_dir(&more).unwrap();
+    std::fs::write(more.join("late.txt"), b"after the crash").unwrap();
+    let out = ok(&["append", s(&arc), s(&more)]);
+    assert!(String::from_utf8_lossy(&out.stderr).contains("did not finish"));
+    ok(&["verify", s(&arc)]);
+    let listed = String::from_utf8(ok(&["list", s(&arc)]).stdout).unwrap();
+    assert!(
+        listed.contains("late.txt") && !listed.contains("big.bin"),
+        "{listed}"
+    );
+    let got = ok(&["get", s(&arc), "late.txt"]).stdout;
+    assert_eq!(got, b"after the crash");
+}

@@ -181,7 +181,7 @@ fn sigkill_during_uploads_loses_nothing_acknowledged() {
                 let mut i = 0u64;
                 while !stop.load(std::sync::atomic::Ordering::Relaxed) {
                     let path = format!("r{round}/t{t}/f{i}");
-                    let size = if i % 3 == 0 {
+                    let size = if i.is_multiple_of(3) {
                         3_000_000
                     } else {
                         20_000 + (i as usize * 7919) % 50_000

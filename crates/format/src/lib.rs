@@ -54,6 +54,7 @@ mod scan;
 mod schema;
 mod tail;
 mod trie;
+mod undo;
 mod writer;
 
 pub use blobs::{BlobRegion, BlobScratch};
@@ -73,4 +74,5 @@ pub use schema::{
     LOOKUP_BATCH_ROWS, META, RESERVED, RESERVED_PKG_TYPE, TRIE, VERSION_KEY,
 };
 pub use tail::{write_tail, Tail, TailInfo, ALIGN, FOOTER_LEN, MAGIC};
-pub use writer::{append, compress, merge_batch, MetaUpdate, Summary};
+pub use undo::{undo_path, Recovery};
+pub use writer::{append, compress, merge_batch, recover, MetaUpdate, Summary};

@@ -2,9 +2,8 @@
 //! to an existing one. Both end with the one tail writer.
 
 use std::collections::HashSet;
-use std::fs::{File, OpenOptions};
-use std::io::{BufWriter, Seek, SeekFrom, Write};
-use std::os::unix::fs::FileExt;
+use std::fs::{File, OpenOptions, TryLockError};
+use std::io::{self, BufWriter, Seek, SeekFrom, Write};
 use std::path::Path;
 
 use crate::engine::{BatchStats, Engine, InputFile};
@@ -14,6 +13,7 @@ use crate::props::ArchiveProps;
 use crate::reader::Archive;
 use crate::row::SliceRow;
 use crate::tail::{write_tail, Tail, TailInfo};
+use crate::undo::{self, Recovery};
 
 /// What a compress or append did.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -111,9 +111,11 @@ pub struct MetaUpdate {
 /// ones, replacing paths already present, and the tail is rewritten. Metadata is
 /// carried forward and `update` applied on top.
 ///
-/// The old tail is kept in memory and written back if the append fails (an input
-/// that cannot be read, a full disk), so an error leaves the archive as it was.
-/// A crash in the middle is not covered: see docs/format.md.
+/// The old tail is saved to an undo file (`<archive>.undo`) and synced before
+/// the archive is touched. An error (an input that cannot be read, a full disk)
+/// writes it back at once; after a crash, the next append, or [`recover`],
+/// does. Either way the archive is as it was before the append. One append or
+/// recover runs on an archive at a time: another finds it locked and fails.
 pub fn append<I>(
     path: &Path,
     batch: I,
@@ -124,12 +126,8 @@ pub fn append<I>(
 where
     I: IntoIterator<Item = Result<InputFile>>,
 {
-    let what = || format!("opening {}", path.display());
-    let file = OpenOptions::new()
-        .read(true)
-        .write(true)
-        .open(path)
-        .map_err(|e| Error::io(what(), e))?;
+    let file = open_locked(path)?;
+    undo::recover_locked(path, &file)?;
     let archive = Archive::open(&file)?;
     let live = archive.data_rows()?;
     let meta = archive.metadata()?;
@@ -139,26 +137,67 @@ where
     let mut old_tail = vec![0u8; (old_len - blob_end) as usize];
     crate::ipc::read_at(&file, &mut old_tail, blob_end, "archive tail")?;
     drop(archive);
+    undo::save(path, &file, blob_end, &old_tail)?;
 
     let result = append_after(
         &file, live, meta, props, blob_end, batch, update, threads, progress,
     );
     if result.is_err() {
-        let restored = file
-            .write_all_at(&old_tail, blob_end)
-            .and_then(|_| file.set_len(old_len))
-            .and_then(|_| file.sync_all());
-        if let Err(e) = restored {
+        if let Err(e) = undo::put_back(&file, blob_end, &old_tail) {
             return Err(Error::io(
                 format!(
-                    "restoring {} after a failed append (the archive is damaged)",
-                    path.display()
+                    "restoring {} after a failed append (`znippy recover` retries from {})",
+                    path.display(),
+                    undo::undo_path(path).display()
                 ),
                 e,
             ));
         }
+        // A leftover undo file would only write the same old tail back again.
+        let _ = undo::discard(path);
+        return result;
     }
+    undo::discard(path).map_err(|e| {
+        let undo = undo::undo_path(path);
+        let what = format!(
+            "the append to {} is complete, but {} could not be removed: remove it by \
+             hand, or the next append or recover will undo this append",
+            path.display(),
+            undo.display()
+        );
+        Error::io(what, e)
+    })?;
     result
+}
+
+/// Puts an archive back as it was before an append that did not finish (the
+/// process or the machine died in the middle), from the undo file the append
+/// left beside it. Safe to call at any time: with no undo file it does nothing.
+pub fn recover(path: &Path) -> Result<Recovery> {
+    let file = open_locked(path)?;
+    undo::recover_locked(path, &file)
+}
+
+/// Opens the archive for an append or recover and takes its lock, an advisory
+/// `flock` held until the file is closed.
+fn open_locked(path: &Path) -> Result<File> {
+    let what = || format!("opening {}", path.display());
+    let file = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(path)
+        .map_err(|e| Error::io(what(), e))?;
+    match file.try_lock() {
+        Ok(()) => Ok(file),
+        Err(TryLockError::WouldBlock) => Err(Error::io(
+            what(),
+            io::Error::new(
+                io::ErrorKind::WouldBlock,
+                "another append or recover is running on this archive",
+            ),
+        )),
+        Err(TryLockError::Error(e)) => Err(Error::io(what(), e)),
+    }
 }
 
 #[allow(clippy::too_many_arguments)]

@@ -8,7 +8,8 @@ use std::path::Path;
 
 use common::*;
 use znippy_format::{
-    append, Archive, Error, InputFile, MetaSearch, MetaTable, MetaUpdate, MetaValue, Metadata,
+    append, recover, undo_path, Archive, Error, InputFile, MetaSearch, MetaTable, MetaUpdate,
+    MetaValue, Metadata, Recovery, Source,
 };
 
 fn write_archive(path: &Path, files: &[(String, Vec<u8>)], meta: &Metadata) {
@@ -303,4 +304,136 @@ fn three_batches_in_one_go_equal_two_then_an_append_even_when_replaced_content_r
     append(&arc, inputs(&b3), MetaUpdate::default(), 2, &mut |_| {}).unwrap();
     assert!(std::fs::read(&arc).unwrap() == one_go, "byte-identical");
     assert_eq!(read(&open(&arc), "r"), text(1, 50_000));
+}
+
+/// A reader that gives `n` bytes and then panics: the append stops dead in the
+/// middle, its blobs already over the old tail and no error path run, as when
+/// the process is killed.
+struct Dies(usize);
+impl std::io::Read for Dies {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        assert!(self.0 > 0, "the process dies here");
+        let n = buf.len().min(self.0);
+        buf[..n].copy_from_slice(&noise(self.0 as u64, n));
+        self.0 -= n;
+        Ok(n)
+    }
+}
+
+fn die_appending(arc: &Path) {
+    let batch = vec![
+        Ok(InputFile::from_bytes("small", text(9, 1000), None)),
+        Ok(InputFile {
+            path: "big".into(),
+            mode: None,
+            source: Source::Reader(Box::new(Dies(3_000_000))),
+        }),
+    ];
+    let died = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        append(arc, batch, MetaUpdate::default(), 2, &mut |_| {})
+    }));
+    assert!(died.is_err(), "the append was meant to die");
+}
+
+#[test]
+fn an_append_that_dies_midway_is_undone() {
+    let tmp = tempfile::tempdir().unwrap();
+    let arc = tmp.path().join("a.znippy");
+    write_archive(
+        &arc,
+        &[("x".to_string(), text(1, 300_000))],
+        &meta_with(&[(None, "k", "v")]),
+    );
+    let before = std::fs::read(&arc).unwrap();
+
+    die_appending(&arc);
+    assert!(undo_path(&arc).exists());
+    let torn = std::fs::read(&arc).unwrap();
+    assert!(
+        torn.len() > before.len(),
+        "blobs were written over the old tail"
+    );
+    assert!(Archive::open(File::open(&arc).unwrap()).is_err());
+
+    assert_eq!(recover(&arc).unwrap(), Recovery::RolledBack);
+    assert_eq!(
+        std::fs::read(&arc).unwrap(),
+        before,
+        "byte for byte as before"
+    );
+    assert!(!undo_path(&arc).exists());
+    assert_eq!(recover(&arc).unwrap(), Recovery::Clean);
+
+    // The next append puts the archive back by itself before it starts.
+    die_appending(&arc);
+    let batch = inputs(&[("y", text(2, 5000))]);
+    append(&arc, batch, MetaUpdate::default(), 2, &mut |_| {}).unwrap();
+    assert!(!undo_path(&arc).exists());
+    let a = open(&arc);
+    a.verify(1).unwrap();
+    assert_eq!(read(&a, "x"), text(1, 300_000));
+    assert_eq!(read(&a, "y"), text(2, 5000));
+    assert!(a.read_file("big", &mut Vec::new()).is_err());
+}
+
+#[test]
+fn a_torn_undo_file_is_removed_and_the_archive_left_alone() {
+    let tmp = tempfile::tempdir().unwrap();
+    let arc = tmp.path().join("a.znippy");
+    write_archive(&arc, &[("x".to_string(), text(1, 5000))], &Metadata::Absent);
+    let before = std::fs::read(&arc).unwrap();
+    // The crash came while the undo file was being written: the append had not
+    // touched the archive yet.
+    let mut undo = b"ZNPYUNDO".to_vec();
+    undo.extend_from_slice(&(before.len() as u64).to_le_bytes());
+    std::fs::write(undo_path(&arc), &undo).unwrap();
+    assert_eq!(recover(&arc).unwrap(), Recovery::DiscardedTorn);
+    assert_eq!(std::fs::read(&arc).unwrap(), before);
+    assert!(!undo_path(&arc).exists());
+}
+
+#[test]
+fn an_undo_file_of_another_archive_is_refused() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (a, b) = (tmp.path().join("a.znippy"), tmp.path().join("b.znippy"));
+    write_archive(
+        &a,
+        &[("x".to_string(), text(1, 300_000))],
+        &Metadata::Absent,
+    );
+    write_archive(
+        &b,
+        &[("x".to_string(), text(2, 300_000))],
+        &Metadata::Absent,
+    );
+    let b_before = std::fs::read(&b).unwrap();
+    die_appending(&a);
+    std::fs::rename(undo_path(&a), undo_path(&b)).unwrap();
+    let err = recover(&b).unwrap_err();
+    assert!(matches!(err, Error::Corrupt(_)), "{err}");
+    assert!(err.to_string().contains("does not fit"), "{err}");
+    assert_eq!(std::fs::read(&b).unwrap(), b_before, "b is left alone");
+    assert!(
+        undo_path(&b).exists(),
+        "the undo file is kept for a person to judge"
+    );
+}
+
+#[test]
+fn one_append_or_recover_at_a_time() {
+    let tmp = tempfile::tempdir().unwrap();
+    let arc = tmp.path().join("a.znippy");
+    write_archive(&arc, &[("x".to_string(), text(1, 5000))], &Metadata::Absent);
+    let held = File::open(&arc).unwrap();
+    held.lock().unwrap();
+    let batch = inputs(&[("y", text(2, 5000))]);
+    let err = append(&arc, batch, MetaUpdate::default(), 2, &mut |_| {}).unwrap_err();
+    assert!(
+        err.to_string().contains("another append or recover"),
+        "{err}"
+    );
+    assert!(recover(&arc).is_err());
+    drop(held);
+    let batch = inputs(&[("y", text(2, 5000))]);
+    append(&arc, batch, MetaUpdate::default(), 2, &mut |_| {}).unwrap();
 }

@@ -186,7 +186,7 @@ fn reader_survives_mutated_archives() {
         let pick = rng.below(seeds.len());
         let input = mutate(&mut rng, seeds[pick].clone());
         let dir = tmp.path().join(format!("x{iterations}"));
-        let extract = (iterations % 16 == 0).then_some(dir.as_path());
+        let extract = iterations.is_multiple_of(16).then_some(dir.as_path());
         let r = catch_unwind(AssertUnwindSafe(|| exercise(&input, extract)));
         if r.is_err() {
             let saved = tmp.path().join("crash.znippy");
