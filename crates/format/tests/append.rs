@@ -178,6 +178,18 @@ fn no_metadata_and_empty_metadata_stay_different_across_appends() {
         .any(|s| s.module_name == znippy_format::META));
 }
 
+/// An archive of one 300 KB file `x` with archive metadata, and its bytes.
+fn archive_of_x(dir: &Path) -> (std::path::PathBuf, Vec<u8>) {
+    let arc = dir.join("a.znippy");
+    write_archive(
+        &arc,
+        &[("x".to_string(), text(1, 300_000))],
+        &meta_with(&[(None, "k", "v")]),
+    );
+    let bytes = std::fs::read(&arc).unwrap();
+    (arc, bytes)
+}
+
 /// A reader that fails halfway, like a file that vanishes mid-read.
 struct Failing(usize);
 impl std::io::Read for Failing {
@@ -195,13 +207,7 @@ impl std::io::Read for Failing {
 #[test]
 fn a_failed_append_leaves_the_archive_as_it_was() {
     let tmp = tempfile::tempdir().unwrap();
-    let arc = tmp.path().join("a.znippy");
-    write_archive(
-        &arc,
-        &[("x".to_string(), text(1, 300_000))],
-        &meta_with(&[(None, "k", "v")]),
-    );
-    let before = std::fs::read(&arc).unwrap();
+    let (arc, before) = archive_of_x(tmp.path());
     // Failing inside a small file, and several pieces into a large one, with
     // files before and after it.
     for fail_after in [150_000, 5_000_000] {
@@ -338,13 +344,7 @@ fn die_appending(arc: &Path) {
 #[test]
 fn an_append_that_dies_midway_is_undone() {
     let tmp = tempfile::tempdir().unwrap();
-    let arc = tmp.path().join("a.znippy");
-    write_archive(
-        &arc,
-        &[("x".to_string(), text(1, 300_000))],
-        &meta_with(&[(None, "k", "v")]),
-    );
-    let before = std::fs::read(&arc).unwrap();
+    let (arc, before) = archive_of_x(tmp.path());
 
     die_appending(&arc);
     assert!(undo_path(&arc).exists());
