@@ -24,8 +24,8 @@
 //! written, before the archive was touched) fails it and is simply removed.
 
 use std::fs::{self, File, OpenOptions};
-use std::io::{self, Write};
-use std::os::unix::fs::FileExt;
+use std::io::{self, Read, Write};
+use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
 use crate::error::{Error, Result};
@@ -88,10 +88,12 @@ pub(crate) fn save(path: &Path, archive: &File, blob_end: u64, tail: &[u8]) -> R
     head.extend_from_slice(&anchor(archive, blob_end)?);
     let sum = check(&head, tail);
     head.extend_from_slice(&sum);
+    // A new file, never an existing one or a planted symlink (which would have
+    // the append overwrite whatever it points at): recovery has just removed
+    // any undo file of ours.
     let mut f = OpenOptions::new()
         .write(true)
-        .create(true)
-        .truncate(true)
+        .create_new(true)
         .open(&undo)
         .map_err(|e| Error::io(what(), e))?;
     f.write_all(&head)
@@ -117,11 +119,26 @@ pub(crate) fn discard(path: &Path) -> io::Result<()> {
 /// the archive's append lock ([`crate::append`] and [`crate::recover`] do).
 pub(crate) fn recover_locked(path: &Path, archive: &File) -> Result<Recovery> {
     let undo = undo_path(path);
-    let bytes = match fs::read(&undo) {
-        Ok(b) => b,
+    let reading = |e| Error::io(format!("reading {}", undo.display()), e);
+    // Not through a symlink, and not blocking on a FIFO: only a regular file
+    // can be an undo file.
+    let mut f = match OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+        .open(&undo)
+    {
+        Ok(f) => f,
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Recovery::Clean),
-        Err(e) => return Err(Error::io(format!("reading {}", undo.display()), e)),
+        Err(e) => return Err(reading(e)),
     };
+    if !f.metadata().map_err(reading)?.is_file() {
+        return Err(Error::corrupt(format!(
+            "{} is not a regular file; remove it",
+            undo.display()
+        )));
+    }
+    let mut bytes = Vec::new();
+    f.read_to_end(&mut bytes).map_err(reading)?;
     let torn = bytes.len() < HEADER
         || &bytes[..8] != MAGIC
         || check(&bytes[..HEADER - 32], &bytes[HEADER..]) != bytes[HEADER - 32..HEADER];

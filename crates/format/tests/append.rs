@@ -437,3 +437,28 @@ fn one_append_or_recover_at_a_time() {
     let batch = inputs(&[("y", text(2, 5000))]);
     append(&arc, batch, MetaUpdate::default(), 2, &mut |_| {}).unwrap();
 }
+
+#[test]
+fn a_planted_undo_symlink_or_fifo_is_refused_and_followed_nowhere() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (arc, before) = archive_of_x(tmp.path());
+    let victim = tmp.path().join("victim");
+    std::fs::write(&victim, b"precious").unwrap();
+    std::os::unix::fs::symlink(&victim, undo_path(&arc)).unwrap();
+    let batch = inputs(&[("y", text(2, 5000))]);
+    let err = append(&arc, batch, MetaUpdate::default(), 2, &mut |_| {}).unwrap_err();
+    assert!(err.to_string().contains(".undo"), "{err}");
+    assert!(recover(&arc).is_err());
+    assert_eq!(std::fs::read(&victim).unwrap(), b"precious");
+    assert_eq!(std::fs::read(&arc).unwrap(), before);
+
+    std::fs::remove_file(undo_path(&arc)).unwrap();
+    let made = std::process::Command::new("mkfifo")
+        .arg(undo_path(&arc))
+        .status()
+        .unwrap();
+    assert!(made.success());
+    let err = recover(&arc).unwrap_err();
+    assert!(err.to_string().contains("not a regular file"), "{err}");
+    assert_eq!(std::fs::read(&arc).unwrap(), before);
+}
