@@ -21,7 +21,9 @@
 //! append never writes: an undo file that does not belong to the archive beside
 //! it is refused instead of replayed. `check` is the blake3 of everything before
 //! it and of the tail: a torn undo file (the crash came while it was being
-//! written, before the archive was touched) fails it and is simply removed.
+//! written, before the archive was touched) fails it and is simply removed. A
+//! file there that does not start with the magic (or a piece of it) is not
+//! ours, and is left alone.
 
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Read, Write};
@@ -139,8 +141,14 @@ pub(crate) fn recover_locked(path: &Path, archive: &File) -> Result<Recovery> {
     }
     let mut bytes = Vec::new();
     f.read_to_end(&mut bytes).map_err(reading)?;
+    let ours = bytes.starts_with(MAGIC) || MAGIC.starts_with(&bytes);
+    if !ours {
+        return Err(Error::corrupt(format!(
+            "{} is not an undo file of znippy; move it away",
+            undo.display()
+        )));
+    }
     let torn = bytes.len() < HEADER
-        || &bytes[..8] != MAGIC
         || check(&bytes[..HEADER - 32], &bytes[HEADER..]) != bytes[HEADER - 32..HEADER];
     let removing = |e| Error::io(format!("removing {}", undo.display()), e);
     if torn {

@@ -390,6 +390,15 @@ fn a_torn_undo_file_is_removed_and_the_archive_left_alone() {
     assert_eq!(recover(&arc).unwrap(), Recovery::DiscardedTorn);
     assert_eq!(std::fs::read(&arc).unwrap(), before);
     assert!(!undo_path(&arc).exists());
+    // Created, and nothing written yet.
+    std::fs::write(undo_path(&arc), b"").unwrap();
+    assert_eq!(recover(&arc).unwrap(), Recovery::DiscardedTorn);
+    // Somebody else's file of that name is not ours to remove.
+    std::fs::write(undo_path(&arc), b"my notes").unwrap();
+    let err = recover(&arc).unwrap_err();
+    assert!(err.to_string().contains("not an undo file"), "{err}");
+    assert_eq!(std::fs::read(undo_path(&arc)).unwrap(), b"my notes");
+    assert_eq!(std::fs::read(&arc).unwrap(), before);
 }
 
 #[test]
