@@ -174,7 +174,8 @@ fn main() -> ExitCode {
 
 fn open(path: &Path) -> Result<Archive<File>> {
     let f = File::open(path).with_context(|| format!("opening {}", path.display()))?;
-    if undo_path(path).exists() {
+    let undo = undo_path(path);
+    if undo.exists() {
         // A running append holds the archive's lock; an interrupted one left
         // its undo file and no lock.
         match f.try_lock_shared() {
@@ -184,11 +185,11 @@ fn open(path: &Path) -> Result<Archive<File>> {
                     path.display()
                 )
             }
-            _ if undo_path(path).exists() => bail!(
+            _ if undo.exists() => bail!(
                 "an append to {0} did not finish ({1} is still there): `znippy recover {0}` \
                  puts the archive back as it was before it",
                 path.display(),
-                undo_path(path).display()
+                undo.display()
             ),
             _ => {}
         }

@@ -122,13 +122,18 @@ fn tree(root: &Path) {
     }
 }
 
+/// `tree` under `dir/src`, compressed to `dir/a.znippy`: (src, archive).
+fn compressed_tree(dir: &Path) -> (PathBuf, PathBuf) {
+    let (src, arc) = (dir.join("src"), dir.join("a.znippy"));
+    tree(&src);
+    ok(&["compress", s(&src), "-o", s(&arc)]);
+    (src, arc)
+}
+
 #[test]
 fn get_list_info_and_help() {
     let tmp = tempfile::tempdir().unwrap();
-    let src = tmp.path().join("src");
-    tree(&src);
-    let arc = tmp.path().join("a.znippy");
-    ok(&["compress", s(&src), "-o", s(&arc)]);
+    let (src, arc) = compressed_tree(tmp.path());
     assert_eq!(ok(&["get", s(&arc), "dir/b.txt"]).stdout, b"beta");
     let dest = tmp.path().join("got.txt");
     ok(&["get", s(&arc), "ünï/ç.txt", "-o", s(&dest)]);
@@ -305,10 +310,7 @@ fn append_replaces_adds_and_keeps_metadata() {
 #[test]
 fn hostile_inputs_fail_cleanly() {
     let tmp = tempfile::tempdir().unwrap();
-    let src = tmp.path().join("src");
-    tree(&src);
-    let arc = tmp.path().join("a.znippy");
-    ok(&["compress", s(&src), "-o", s(&arc)]);
+    let (src, arc) = compressed_tree(tmp.path());
     let good = std::fs::read(&arc).unwrap();
     let bad = tmp.path().join("bad.znippy");
     let cases: Vec<(&str, Vec<u8>)> = vec![
@@ -408,10 +410,7 @@ fn kill_appending(arc: &Path, input: &Path, old_len: u64) {
 #[test]
 fn a_killed_append_is_undone_by_recover_or_by_the_next_append() {
     let tmp = tempfile::tempdir().unwrap();
-    let src = tmp.path().join("src");
-    tree(&src);
-    let arc = tmp.path().join("a.znippy");
-    ok(&["compress", s(&src), "-o", s(&arc)]);
+    let (_, arc) = compressed_tree(tmp.path());
     let before = std::fs::read(&arc).unwrap();
 
     // 256 MiB that neither compresses nor dedupes: the append is still busy

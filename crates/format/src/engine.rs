@@ -339,9 +339,9 @@ struct OpenPack {
 }
 
 impl OpenPack {
-    fn new(mut bufs: Buffers) -> Self {
-        bufs.0.clear();
-        bufs.1.clear();
+    /// A pack with no file placed in it yet: `bufs` are cleared, or hold only
+    /// the bytes of the file about to be placed.
+    fn new(bufs: Buffers) -> Self {
         OpenPack {
             bufs,
             id: None,
@@ -505,11 +505,7 @@ impl Producer<'_> {
         }
         if start + len > self.engine.props.chunk_size as usize {
             // It overflows the pack (which therefore holds files): it opens the next.
-            let mut next = OpenPack::new(self.take_buffers()?);
-            next.bufs.0.extend_from_slice(&pack.bufs.0[start..]);
-            pack.bufs.0.truncate(start);
-            self.close_pack(pack)?;
-            (pack, start) = (next, 0);
+            (pack, start) = (OpenPack::new(self.split_off(pack, start)?), 0);
         }
         let id = match pack.id {
             Some(id) => id,
@@ -526,6 +522,16 @@ impl Producer<'_> {
         Ok(())
     }
 
+    /// Moves the bytes from `start` on out of `pack` into a fresh buffer pair,
+    /// then sends the pack, which holds the files before them, to the workers.
+    fn split_off(&mut self, mut pack: OpenPack, start: usize) -> Result<Buffers> {
+        let mut bufs = self.take_buffers()?;
+        bufs.0.extend_from_slice(&pack.bufs.0[start..]);
+        pack.bufs.0.truncate(start);
+        self.close_pack(pack)?;
+        Ok(bufs)
+    }
+
     /// Sends a pack that holds files to the workers; an empty one is dropped.
     fn close_pack(&mut self, pack: OpenPack) -> Result<()> {
         match pack.id {
@@ -538,7 +544,7 @@ impl Producer<'_> {
     /// `pack` at `start` and whose rest is still in `reader`, slice by slice.
     fn add_large(
         &mut self,
-        mut pack: OpenPack,
+        pack: OpenPack,
         path: &str,
         mode: Option<u32>,
         start: usize,
@@ -549,11 +555,7 @@ impl Producer<'_> {
         // this file, which takes its head along; an empty pack's buffers are this
         // file's own.
         let mut bufs = if pack.id.is_some() {
-            let mut bufs = self.take_buffers()?;
-            bufs.0.extend_from_slice(&pack.bufs.0[start..]);
-            pack.bufs.0.truncate(start);
-            self.close_pack(pack)?;
-            bufs
+            self.split_off(pack, start)?
         } else {
             pack.bufs
         };
