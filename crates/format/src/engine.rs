@@ -22,7 +22,7 @@
 //! large, or to overflow the pack), hashed there, and written from there or from
 //! its compressed form.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::fs::File;
 use std::io::{self, BufWriter, Read, Write};
 use std::path::PathBuf;
@@ -30,6 +30,7 @@ use std::sync::mpsc::{self, Receiver, SyncSender, TryRecvError};
 use std::sync::{Arc, Mutex};
 
 use crate::error::{Error, Result};
+use crate::layout::{BlobLoc, Closed, Layout, Piece, SliceLoc, Small};
 use crate::pages::PageBuf;
 use crate::path;
 use crate::props::ArchiveProps;
@@ -74,45 +75,6 @@ impl InputFile {
     }
 }
 
-/// Extensions of formats that are already compressed: stored without trying zstd.
-const STORED_EXTENSIONS: &[&str] = &[
-    "7z", "apk", "avif", "br", "bz2", "crate", "deb", "docx", "epub", "gif", "gz", "heic", "jar",
-    "jpeg", "jpg", "lz4", "lzma", "mkv", "mov", "mp3", "mp4", "odt", "ogg", "parquet", "png",
-    "pptx", "rar", "rpm", "tbz2", "tgz", "txz", "webm", "webp", "whl", "woff2", "xlsx", "xz",
-    "zip", "zst",
-];
-
-fn already_compressed(path: &str) -> bool {
-    let name = path.rsplit('/').next().unwrap_or(path);
-    match name.rsplit_once('.') {
-        Some((stem, ext)) if !stem.is_empty() => STORED_EXTENSIONS
-            .iter()
-            .any(|e| e.eq_ignore_ascii_case(ext)),
-        _ => false,
-    }
-}
-
-/// Where a blob landed in the archive.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct BlobLoc {
-    offset: u64,
-    size: u64,
-    compressed: bool,
-}
-
-/// A slice location known to the dedupe map.
-#[derive(Debug, Clone, Copy)]
-enum Blob {
-    Written(BlobLoc),
-    Job(u64),
-}
-
-#[derive(Debug, Clone, Copy)]
-struct SliceLoc {
-    blob: Blob,
-    inner: u64,
-}
-
 /// One unit of work: the bytes of one future blob.
 struct Job {
     id: u64,
@@ -144,7 +106,7 @@ pub struct BatchStats {
 pub struct Engine {
     props: ArchiveProps,
     workers: usize,
-    known: HashMap<[u8; 32], SliceLoc>,
+    layout: Layout,
     next_seq: u64,
     blob_end: u64,
 }
@@ -156,7 +118,7 @@ impl Engine {
         Ok(Engine {
             props,
             workers: workers.max(1),
-            known: HashMap::new(),
+            layout: Layout::new(props.chunk_size),
             next_seq: 0,
             blob_end: 0,
         })
@@ -180,18 +142,7 @@ impl Engine {
     /// Rebuilds the dedupe map from `live`: slices of replaced or deleted files
     /// are no longer dedupe targets, exactly as if the archive had been reopened.
     pub fn forget_all_but(&mut self, live: &[SliceRow]) {
-        self.known.clear();
-        for r in live {
-            let loc = SliceLoc {
-                blob: Blob::Written(BlobLoc {
-                    offset: r.blob_offset,
-                    size: r.blob_size,
-                    compressed: r.compressed,
-                }),
-                inner: r.blob_inner_offset,
-            };
-            self.known.entry(r.checksum).or_insert(loc);
-        }
+        self.layout.forget_all_but(live);
     }
 
     /// The archive properties.
@@ -231,6 +182,7 @@ impl Engine {
         let (done_tx, done_rx) = mpsc::sync_channel::<Job>(pool_size);
         let level = self.props.level;
         let start = self.blob_end;
+        self.layout.start_batch();
 
         std::thread::scope(|s| {
             for _ in 0..self.workers {
@@ -248,15 +200,12 @@ impl Engine {
                 bound: pool_size,
                 jobs: job_tx,
                 rows: Vec::new(),
-                batch_new: HashMap::new(),
                 pack: None,
-                next_job: 0,
                 stats: BatchStats::default(),
             };
             let produced = producer.run(files, progress);
             let Producer {
                 rows,
-                batch_new,
                 mut stats,
                 jobs,
                 ..
@@ -269,28 +218,19 @@ impl Engine {
             let blobs = written?;
             produced?;
             stats.bytes_written = blobs.iter().map(|b| b.size).sum();
-            self.finish_batch(rows, batch_new, blobs, stats)
+            self.finish_batch(rows, blobs, stats)
         })
     }
 
     fn finish_batch(
         &mut self,
         pending: Vec<PendingRow>,
-        batch_new: HashMap<[u8; 32], SliceLoc>,
         blobs: Vec<BlobLoc>,
         stats: BatchStats,
     ) -> Result<(Vec<SliceRow>, BatchStats)> {
-        let resolve = |loc: SliceLoc| -> Result<BlobLoc> {
-            match loc.blob {
-                Blob::Written(b) => Ok(b),
-                Blob::Job(id) => blobs.get(id as usize).copied().ok_or_else(|| {
-                    Error::io("blob writer", io::Error::other("a blob was never written"))
-                }),
-            }
-        };
         let mut rows = Vec::with_capacity(pending.len());
         for p in pending {
-            let b = resolve(p.loc)?;
+            let b = Layout::resolve(p.loc, &blobs)?;
             rows.push(SliceRow {
                 relative_path: p.path,
                 chunk_seq: p.seq,
@@ -304,16 +244,7 @@ impl Engine {
                 mode: p.mode,
             });
         }
-        for (hash, loc) in batch_new {
-            let blob = Blob::Written(resolve(loc)?);
-            self.known.insert(
-                hash,
-                SliceLoc {
-                    blob,
-                    inner: loc.inner,
-                },
-            );
-        }
+        self.layout.finish_batch(&blobs)?;
         self.blob_end += stats.bytes_written;
         Ok((rows, stats))
     }
@@ -329,27 +260,6 @@ struct PendingRow {
     mode: Option<u32>,
 }
 
-/// The pack being filled. Its buffers also receive the next file's first
-/// bytes, before it is known whether that file is small.
-struct OpenPack {
-    bufs: Buffers,
-    /// Given when the first small file goes in: an empty pack is no job.
-    id: Option<u64>,
-    all_stored: bool,
-}
-
-impl OpenPack {
-    /// A pack with no file placed in it yet: `bufs` are cleared, or hold only
-    /// the bytes of the file about to be placed.
-    fn new(bufs: Buffers) -> Self {
-        OpenPack {
-            bufs,
-            id: None,
-            all_stored: true,
-        }
-    }
-}
-
 struct Producer<'e> {
     engine: &'e mut Engine,
     pool: Receiver<Buffers>,
@@ -358,9 +268,9 @@ struct Producer<'e> {
     bound: usize,
     jobs: SyncSender<Job>,
     rows: Vec<PendingRow>,
-    batch_new: HashMap<[u8; 32], SliceLoc>,
-    pack: Option<OpenPack>,
-    next_job: u64,
+    /// The open pack's buffers. They also receive the next file's first bytes,
+    /// before it is known whether that file is small.
+    pack: Option<Buffers>,
     stats: BatchStats,
 }
 
@@ -381,11 +291,10 @@ impl Producer<'_> {
             self.stats.files += 1;
             let mut pack = match self.pack.take() {
                 Some(p) => p,
-                None => OpenPack::new(self.take_buffers()?),
+                None => self.take_buffers()?,
             };
-            let start = pack.bufs.0.len();
+            let start = pack.0.len();
             let n = pack
-                .bufs
                 .0
                 .fill_from(&mut reader, threshold + 1)
                 .map_err(|e| Error::io(what(), e))?;
@@ -397,9 +306,9 @@ impl Producer<'_> {
                 self.add_large(pack, &file.path, file.mode, start, &mut reader, progress)?;
             }
         }
-        match self.pack.take() {
-            Some(pack) => self.close_pack(pack),
-            None => Ok(()),
+        match (self.pack.take(), self.engine.layout.close()) {
+            (Some(pack), Some(closed)) => self.dispatch(closed, pack),
+            _ => Ok(()),
         }
     }
 
@@ -437,30 +346,17 @@ impl Producer<'_> {
         Ok((input, output))
     }
 
-    fn dispatch(&mut self, id: u64, (input, output): Buffers, try_compress: bool) -> Result<()> {
+    fn dispatch(&mut self, to: Closed, (input, output): Buffers) -> Result<()> {
         let job = Job {
-            id,
+            id: to.id,
             input,
             output,
-            try_compress,
+            try_compress: to.try_compress,
             compressed: false,
         };
         self.jobs
             .send(job)
             .map_err(|_| Error::io("compression pool", io::Error::other("the workers stopped")))
-    }
-
-    fn new_job_id(&mut self) -> u64 {
-        let id = self.next_job;
-        self.next_job += 1;
-        id
-    }
-
-    fn lookup(&self, hash: &[u8; 32]) -> Option<SliceLoc> {
-        self.batch_new
-            .get(hash)
-            .or_else(|| self.engine.known.get(hash))
-            .copied()
     }
 
     fn push_row(
@@ -489,78 +385,59 @@ impl Producer<'_> {
     /// points at an identical earlier slice, or at its bytes, left in the pack.
     fn add_small(
         &mut self,
-        mut pack: OpenPack,
+        mut pack: Buffers,
         path: &str,
         mode: Option<u32>,
-        mut start: usize,
+        start: usize,
     ) -> Result<()> {
-        let bytes = &pack.bufs.0[start..];
-        let (hash, len) = (*blake3::hash(bytes).as_bytes(), bytes.len());
-        if let Some(loc) = self.lookup(&hash) {
-            self.stats.deduped_slices += 1;
-            pack.bufs.0.truncate(start);
-            self.push_row(path, mode, 0, len as u64, loc, hash);
-            self.pack = Some(pack);
-            return Ok(());
+        let bytes = &pack.0[start..];
+        let (hash, len) = (*blake3::hash(bytes).as_bytes(), bytes.len() as u64);
+        match self.engine.layout.small(hash, len, path) {
+            Small::Known(loc) => {
+                self.stats.deduped_slices += 1;
+                pack.0.truncate(start);
+                self.push_row(path, mode, 0, len, loc, hash);
+            }
+            Small::Packed { loc, closed } => {
+                if let Some(closed) = closed {
+                    // It overflowed the pack: it opens the next.
+                    pack = self.split_off(pack, start, closed)?;
+                }
+                self.push_row(path, mode, 0, len, loc, hash);
+            }
         }
-        if start + len > self.engine.props.chunk_size as usize {
-            // It overflows the pack (which therefore holds files): it opens the next.
-            (pack, start) = (OpenPack::new(self.split_off(pack, start)?), 0);
-        }
-        let id = match pack.id {
-            Some(id) => id,
-            None => *pack.id.insert(self.new_job_id()),
-        };
-        let loc = SliceLoc {
-            blob: Blob::Job(id),
-            inner: start as u64,
-        };
-        pack.all_stored &= already_compressed(path);
-        self.batch_new.insert(hash, loc);
-        self.push_row(path, mode, 0, len as u64, loc, hash);
         self.pack = Some(pack);
         Ok(())
     }
 
     /// Moves the bytes from `start` on out of `pack` into a fresh buffer pair,
     /// then sends the pack, which holds the files before them, to the workers.
-    fn split_off(&mut self, mut pack: OpenPack, start: usize) -> Result<Buffers> {
+    fn split_off(&mut self, mut pack: Buffers, start: usize, closed: Closed) -> Result<Buffers> {
         let mut bufs = self.take_buffers()?;
-        bufs.0.extend_from_slice(&pack.bufs.0[start..]);
-        pack.bufs.0.truncate(start);
-        self.close_pack(pack)?;
+        bufs.0.extend_from_slice(&pack.0[start..]);
+        pack.0.truncate(start);
+        self.dispatch(closed, pack)?;
         Ok(bufs)
-    }
-
-    /// Sends a pack that holds files to the workers; an empty one is dropped.
-    fn close_pack(&mut self, pack: OpenPack) -> Result<()> {
-        match pack.id {
-            Some(id) => self.dispatch(id, pack.bufs, !pack.all_stored),
-            None => Ok(()),
-        }
     }
 
     /// Takes a file whose first `pack_threshold + 1` bytes were read into
     /// `pack` at `start` and whose rest is still in `reader`, slice by slice.
     fn add_large(
         &mut self,
-        pack: OpenPack,
+        pack: Buffers,
         path: &str,
         mode: Option<u32>,
         start: usize,
         reader: &mut dyn Read,
         progress: &mut dyn FnMut(u64),
     ) -> Result<()> {
-        // Blobs stay in chunk_seq order: a pack that holds files goes out before
-        // this file, which takes its head along; an empty pack's buffers are this
-        // file's own.
-        let mut bufs = if pack.id.is_some() {
-            self.split_off(pack, start)?
-        } else {
-            pack.bufs
+        // A pack that holds files goes out first, and this file takes its head
+        // along; an empty pack's buffers are this file's own.
+        let mut bufs = match self.engine.layout.large() {
+            Some(closed) => self.split_off(pack, start, closed)?,
+            None => pack,
         };
         let chunk = self.engine.props.chunk_size as usize;
-        let try_compress = !already_compressed(path);
         let mut offset = 0u64;
         loop {
             let want = chunk - bufs.0.len();
@@ -576,27 +453,24 @@ impl Producer<'_> {
             let len = bufs.0.len() as u64;
             let hash = *blake3::hash(&bufs.0).as_bytes();
             let full = bufs.0.len() == chunk;
-            if let Some(loc) = self.lookup(&hash) {
-                self.stats.deduped_slices += 1;
-                self.push_row(path, mode, offset, len, loc, hash);
-                bufs.0.clear();
-            } else {
-                let id = self.new_job_id();
-                let loc = SliceLoc {
-                    blob: Blob::Job(id),
-                    inner: 0,
-                };
-                self.batch_new.insert(hash, loc);
-                self.push_row(path, mode, offset, len, loc, hash);
-                self.dispatch(id, bufs, try_compress)?;
-                bufs = self.take_buffers()?;
+            match self.engine.layout.piece(hash, path) {
+                Piece::Known(loc) => {
+                    self.stats.deduped_slices += 1;
+                    self.push_row(path, mode, offset, len, loc, hash);
+                    bufs.0.clear();
+                }
+                Piece::New(job) => {
+                    self.push_row(path, mode, offset, len, SliceLoc::job(job.id, 0), hash);
+                    self.dispatch(job, bufs)?;
+                    bufs = self.take_buffers()?;
+                }
             }
             offset += len;
             if !full {
                 break;
             }
         }
-        self.pack = Some(OpenPack::new(bufs));
+        self.pack = Some(bufs);
         Ok(())
     }
 }
@@ -609,6 +483,23 @@ pub fn codec_calls() -> u64 {
     CODEC_CALLS.load(std::sync::atomic::Ordering::Relaxed)
 }
 
+/// Compresses one blob's bytes into `out`: the frame's length, or `None` when
+/// the blob is to be stored raw. The one codec call of the crate.
+pub(crate) fn encode(
+    z: &mut zstd::bulk::Compressor<'_>,
+    input: &[u8],
+    out: &mut [u8],
+) -> Option<usize> {
+    if input.is_empty() {
+        return None;
+    }
+    CODEC_CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    // A blob that does not shrink is stored raw, so the frame gets one byte
+    // less than the input: one that does not fit is no loss.
+    let room = (input.len() - 1).min(out.len());
+    z.compress_to_buffer(input, &mut out[..room]).ok()
+}
+
 fn compress_worker(level: i32, jobs: Arc<Mutex<Receiver<Job>>>, done: SyncSender<Job>) {
     let mut zstd = zstd::bulk::Compressor::new(level).ok();
     loop {
@@ -618,15 +509,10 @@ fn compress_worker(level: i32, jobs: Arc<Mutex<Receiver<Job>>>, done: SyncSender
         };
         let Ok(mut job) = job else { return };
         job.compressed = false;
-        if job.try_compress && !job.input.is_empty() {
+        if job.try_compress {
             if let Some(z) = zstd.as_mut() {
-                CODEC_CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 job.output.clear();
-                // A blob that does not shrink is stored raw, so the frame gets
-                // one byte less than the input: one that does not fit is no loss.
-                let out = job.output.spare_mut();
-                let room = (job.input.len() - 1).min(out.len());
-                if let Ok(n) = z.compress_to_buffer(&job.input[..], &mut out[..room]) {
+                if let Some(n) = encode(z, &job.input, job.output.spare_mut()) {
                     job.output.commit(n);
                     job.compressed = true;
                 }

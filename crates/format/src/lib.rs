@@ -43,6 +43,7 @@ mod error;
 mod extract;
 mod io;
 mod ipc;
+mod layout;
 mod manifest;
 mod meta;
 mod pages;
