@@ -444,6 +444,8 @@ fn info(path: &Path) -> Result<()> {
         raw as f64 / a.archive_len() as f64
     };
     println!("ratio          {ratio:.3}");
+    let id: String = a.identity()?.iter().map(|b| format!("{b:02x}")).collect();
+    println!("identity       {id}");
     println!(
         "properties     codec={} level={} chunk_size={} pack_threshold={}",
         znippy_format::CODEC,

@@ -50,6 +50,7 @@ mod pages;
 mod path;
 mod props;
 mod reader;
+mod repack;
 mod row;
 mod scan;
 mod schema;
@@ -68,6 +69,7 @@ pub use meta::{MetaRow, MetaSearch, MetaTable, MetaValue, Metadata};
 pub use path::{validate as validate_path, MAX_PATH_LEN};
 pub use props::{ArchiveProps, CODEC, MAX_CHUNK_SIZE, MIN_CHUNK_SIZE};
 pub use reader::{Archive, Entry, TrieState};
+pub use repack::{repack, RepackStats};
 pub use row::{check_file_rows, SliceRow};
 pub use scan::{scan_dir, ScannedFile};
 pub use schema::{

@@ -187,6 +187,25 @@ impl<R: ReadAt> Archive<R> {
         self.blob_end
     }
 
+    /// The archive's identity: blake3 of its tail, bytes `[blob_end, len)`.
+    ///
+    /// The tail names every slice's blake3 (data index) and every section's
+    /// (manifest), so two archives with the same identity hold the same files
+    /// with the same contents and the same metadata. Reading it costs the
+    /// index, never the payload: it is what a seal reports.
+    pub fn identity(&self) -> Result<[u8; 32]> {
+        let mut hasher = blake3::Hasher::new();
+        let mut buf = vec![0u8; (self.len - self.blob_end).min(1 << 20) as usize];
+        let mut off = self.blob_end;
+        while off < self.len {
+            let n = (self.len - off).min(buf.len() as u64) as usize;
+            read_at(&self.src, &mut buf[..n], off, "archive tail")?;
+            hasher.update(&buf[..n]);
+            off += n as u64;
+        }
+        Ok(*hasher.finalize().as_bytes())
+    }
+
     /// Total length of the archive.
     pub fn archive_len(&self) -> u64 {
         self.len

@@ -45,6 +45,9 @@ pub struct TailInfo {
     pub manifest_offset: u64,
     /// Total archive length, footer included.
     pub archive_len: u64,
+    /// The archive's identity: blake3 of the tail, bytes `[blob_end, archive_len)`
+    /// (see [`crate::Archive::identity`]).
+    pub identity: [u8; 32],
 }
 
 /// Writes the tail of an archive to `out`, which is positioned at `tail.blob_end`.
@@ -53,6 +56,7 @@ pub fn write_tail(out: &mut dyn Write, tail: Tail<'_>) -> Result<TailInfo> {
     let mut w = Aligned {
         out,
         pos: tail.blob_end,
+        hash: blake3::Hasher::new(),
     };
     let mut sections = Vec::new();
 
@@ -114,6 +118,7 @@ pub fn write_tail(out: &mut dyn Write, tail: Tail<'_>) -> Result<TailInfo> {
     Ok(TailInfo {
         manifest_offset,
         archive_len: w.pos,
+        identity: *w.hash.finalize().as_bytes(),
     })
 }
 
@@ -149,10 +154,12 @@ fn check_rows(tail: &Tail<'_>) -> Result<()> {
     Ok(())
 }
 
-/// A writer that knows its archive offset and pads sections to [`ALIGN`].
+/// A writer that knows its archive offset, pads sections to [`ALIGN`] and
+/// hashes what it writes.
 struct Aligned<'a> {
     out: &'a mut dyn Write,
     pos: u64,
+    hash: blake3::Hasher,
 }
 
 impl Aligned<'_> {
@@ -160,6 +167,7 @@ impl Aligned<'_> {
         self.out
             .write_all(bytes)
             .map_err(|e| Error::io("writing the archive tail", e))?;
+        self.hash.update(bytes);
         self.pos += bytes.len() as u64;
         Ok(())
     }

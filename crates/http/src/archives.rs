@@ -88,18 +88,17 @@ pub(crate) async fn seal(
     // On its own task: a client that hangs up does not cut a seal short.
     let store = app.store.clone();
     let task = tokio::spawn(async move {
-        let receipt = znippy_seal::seal(&store, &id).await?;
-        let path = receipt.path.clone();
-        let hash = tokio::task::spawn_blocking(move || znippy_seal::file_blake3(&path))
-            .await
-            .map_err(|e| ApiError::internal(format!("hashing task: {e}")))??;
+        let r = znippy_seal::seal(&store, &id).await?;
         Ok::<_, ApiError>(json!({
             "id": id,
-            "size": receipt.size,
-            "blake3": blake3_hex(&hash),
-            "in_place": receipt.in_place,
-            "bytes_copied": receipt.bytes_copied,
-            "tail_bytes": receipt.tail_bytes,
+            "size": r.size,
+            "identity": blake3_hex(&r.identity),
+            "in_place": r.in_place,
+            "blobs_copied": r.repack.blobs_copied,
+            "bytes_copied": r.repack.bytes_copied,
+            "blobs_rebuilt": r.repack.blobs_rebuilt,
+            "codec_runs": r.repack.codec_runs,
+            "tail_bytes": r.tail_bytes,
             "download": format!("/archives/{id}/archive.znippy"),
         }))
     });

@@ -1,33 +1,32 @@
 //! Seal: turn a live archive into an immutable `.znippy`.
 //!
-//! The sealed file is what [`znippy_format::compress`] makes of the archive's
-//! live files, batch by batch in append order, and the ordinary reader opens it.
-//! Blobs are never recompressed:
+//! The sealed file is canonical: exactly what [`znippy_format::compress`] makes
+//! of the archive's live files, batch by batch in append order (each batch in
+//! the order its files arrived), which is `znippy compress` of the first batch
+//! then `znippy append` of each later one. Nothing a user deleted or replaced
+//! is published, raw or inside a zstd frame.
 //!
-//! * **In place.** When no committed row is dead (nothing replaced or deleted),
-//!   the sidecar already holds exactly the blob region a one-shot compress would
-//!   write. Seal then writes only the tail after `blob_end`, through the format's
-//!   one tail writer: its cost is O(index), whatever the payload.
-//! * **Copy.** Otherwise the live blobs are copied verbatim, in the order a
-//!   one-shot compress would first write them, into a new file; rows are
-//!   re-pointed and a slice identical to an earlier live one points at it, as
-//!   compress's dedupe would. The result equals a one-shot compress whenever
-//!   every pack block is wholly live or wholly dead; a pack block that mixes
-//!   live and dead files is kept whole (its dead bytes included), since making it
-//!   match would mean recompressing.
+//! * **In place.** When no committed row is dead, the sidecar already holds
+//!   exactly that blob region. Seal writes only the tail after `blob_end`,
+//!   through the format's one tail writer: O(index), whatever the payload.
+//! * **Re-pack.** Otherwise [`znippy_format::repack`] plans the canonical
+//!   layout from the rows, copies every blob the plan keeps unchanged and
+//!   re-encodes only the packs whose members changed, into a new file that
+//!   replaces the sidecar once it is durable.
 //!
-//! Seal survives a crash at any point: the tail or the copy is written and
+//! The receipt's identity is the blake3 of the tail ([`znippy_format::Archive::identity`]),
+//! hashed as the tail is written: no seal reads the payload back.
+//!
+//! Seal survives a crash at any point: the tail or the new file is written and
 //! fsynced before the catalog records the archive as sealed, and a live
 //! archive's sidecar is cut back to its committed `blob_end` on open, so sealing
 //! again writes the same bytes. Sealing a sealed archive returns the same result.
 
-use std::collections::HashMap;
 use std::fs::{File, OpenOptions};
 use std::io::{BufWriter, Write};
-use std::os::unix::fs::FileExt;
 use std::path::PathBuf;
 
-use znippy_format::{write_tail, SliceRow, Tail};
+use znippy_format::{repack, Archive, RepackStats, SliceRow, Tail, TailInfo};
 use znippy_store::{SealPlan, SealedFile, Store, StoreError};
 
 /// What went wrong while sealing.
@@ -62,10 +61,12 @@ pub struct SealReceipt {
     pub path: PathBuf,
     /// Its length.
     pub size: u64,
-    /// Whether the tail was written after the existing blobs (no copy).
+    /// Its identity: blake3 of the tail (bytes from `blob_end` on).
+    pub identity: [u8; 32],
+    /// Whether the tail was written after the existing blobs (no re-pack).
     pub in_place: bool,
-    /// Blob bytes copied (0 in place).
-    pub bytes_copied: u64,
+    /// What the re-pack did (all zero in place).
+    pub repack: RepackStats,
     /// Tail bytes written.
     pub tail_bytes: u64,
 }
@@ -74,15 +75,10 @@ pub struct SealReceipt {
 /// refused afterwards.
 pub async fn seal(store: &Store, id: &str) -> Result<SealReceipt, SealError> {
     let (guard, plan) = store.begin_seal(id).await?;
-    if let Some(done) = &plan.already {
-        let blob_end = plan.blob_end;
-        return Ok(SealReceipt {
-            path: done.path.clone(),
-            size: done.len,
-            in_place: done.path == plan.sidecar_path,
-            bytes_copied: 0,
-            tail_bytes: done.len.saturating_sub(blob_end),
-        });
+    if let Some(done) = plan.already.clone() {
+        return tokio::task::spawn_blocking(move || sealed_receipt(&plan, done))
+            .await
+            .map_err(|e| io("seal task")(std::io::Error::other(e.to_string())))?;
     }
     let receipt = tokio::task::spawn_blocking(move || write_sealed(plan))
         .await
@@ -99,6 +95,20 @@ pub async fn seal(store: &Store, id: &str) -> Result<SealReceipt, SealError> {
     Ok(receipt)
 }
 
+/// The receipt of an archive sealed earlier, read from its tail.
+fn sealed_receipt(plan: &SealPlan, done: SealedFile) -> Result<SealReceipt, SealError> {
+    let file = File::open(&done.path).map_err(io(format!("opening {}", done.path.display())))?;
+    let archive = Archive::open(file)?;
+    Ok(SealReceipt {
+        identity: archive.identity()?,
+        in_place: done.path == plan.sidecar_path,
+        repack: RepackStats::default(),
+        tail_bytes: done.len - archive.blob_end(),
+        size: done.len,
+        path: done.path,
+    })
+}
+
 /// Live rows in one-shot order, `chunk_seq` renumbered as compress numbers them.
 fn one_shot_rows(plan: &SealPlan) -> Vec<SliceRow> {
     let mut rows: Vec<SliceRow> = plan.batches.iter().flatten().cloned().collect();
@@ -109,19 +119,10 @@ fn one_shot_rows(plan: &SealPlan) -> Vec<SliceRow> {
 }
 
 fn write_sealed(plan: SealPlan) -> Result<SealReceipt, SealError> {
-    let rows = one_shot_rows(&plan);
     if plan.in_place {
+        let rows = one_shot_rows(&plan);
         let mut out = BufWriter::new(plan.sidecar.writer_at(plan.blob_end));
-        let info = write_tail(
-            &mut out,
-            Tail {
-                props: plan.props,
-                blob_end: plan.blob_end,
-                rows: &rows,
-                meta: &plan.meta,
-            },
-        )?;
-        out.flush().map_err(io("writing the tail"))?;
+        let info = write_tail(&mut out, &plan, plan.blob_end, &rows)?;
         drop(out);
         // A retried seal after a crash may find a longer partial tail: cut it.
         plan.sidecar.truncate(info.archive_len)?;
@@ -129,16 +130,12 @@ fn write_sealed(plan: SealPlan) -> Result<SealReceipt, SealError> {
         return Ok(SealReceipt {
             path: plan.sidecar_path.clone(),
             size: info.archive_len,
+            identity: info.identity,
             in_place: true,
-            bytes_copied: 0,
+            repack: RepackStats::default(),
             tail_bytes: info.archive_len - plan.blob_end,
         });
     }
-    copy_sealed(&plan, rows)
-}
-
-/// The copy path: live blobs in first-use order, deduplicated by checksum.
-fn copy_sealed(plan: &SealPlan, mut rows: Vec<SliceRow>) -> Result<SealReceipt, SealError> {
     std::fs::create_dir_all(&plan.sealed_dir).map_err(io("creating the sealed directory"))?;
     let path = plan.sealed_dir.join(format!("{}.znippy", plan.id));
     let tmp = plan.sealed_dir.join(format!("{}.znippy.partial", plan.id));
@@ -148,59 +145,16 @@ fn copy_sealed(plan: &SealPlan, mut rows: Vec<SliceRow>) -> Result<SealReceipt, 
         .truncate(true)
         .open(&tmp)
         .map_err(io(format!("creating {}", tmp.display())))?;
-    let src: &File = plan.sidecar.file();
     let mut out = BufWriter::with_capacity(1 << 20, &file);
-    // old blob (offset, size, compressed) -> new offset; checksum -> new location.
-    let mut moved: HashMap<(u64, u64, bool), u64> = HashMap::new();
-    let mut by_sum: HashMap<[u8; 32], (u64, u64, bool, u64)> = HashMap::new();
-    let mut end = 0u64;
-    let mut buf = Vec::new();
-    for r in &mut rows {
-        if let Some(&(off, size, comp, inner)) = by_sum.get(&r.checksum) {
-            (
-                r.blob_offset,
-                r.blob_size,
-                r.compressed,
-                r.blob_inner_offset,
-            ) = (off, size, comp, inner);
-            continue;
-        }
-        let key = (r.blob_offset, r.blob_size, r.compressed);
-        let new_off = match moved.get(&key) {
-            Some(&o) => o,
-            None => {
-                buf.resize(r.blob_size as usize, 0);
-                src.read_exact_at(&mut buf, r.blob_offset)
-                    .map_err(io("reading a blob from the sidecar"))?;
-                out.write_all(&buf)
-                    .map_err(io("writing the sealed archive"))?;
-                let o = end;
-                end += r.blob_size;
-                moved.insert(key, o);
-                o
-            }
-        };
-        r.blob_offset = new_off;
-        by_sum.insert(
-            r.checksum,
-            (
-                r.blob_offset,
-                r.blob_size,
-                r.compressed,
-                r.blob_inner_offset,
-            ),
-        );
-    }
-    let info = write_tail(
+    let (rows, stats) = repack(
+        plan.sidecar.file(),
+        plan.props,
+        plan.blob_end,
+        &plan.committed,
+        &plan.batches,
         &mut out,
-        Tail {
-            props: plan.props,
-            blob_end: end,
-            rows: &rows,
-            meta: &plan.meta,
-        },
     )?;
-    out.flush().map_err(io("writing the sealed archive"))?;
+    let info = write_tail(&mut out, &plan, stats.blob_end, &rows)?;
     drop(out);
     file.sync_all().map_err(io("fsync of the sealed archive"))?;
     std::fs::rename(&tmp, &path).map_err(io("publishing the sealed archive"))?;
@@ -210,26 +164,28 @@ fn copy_sealed(plan: &SealPlan, mut rows: Vec<SliceRow>) -> Result<SealReceipt, 
     Ok(SealReceipt {
         path,
         size: info.archive_len,
+        identity: info.identity,
         in_place: false,
-        bytes_copied: end,
-        tail_bytes: info.archive_len - end,
+        repack: stats,
+        tail_bytes: info.archive_len - stats.blob_end,
     })
 }
 
-/// blake3 of a sealed archive: reads the whole file (O(payload)), so it is kept
-/// apart from the seal itself, whose cost is O(index).
-pub fn file_blake3(path: &std::path::Path) -> Result<[u8; 32], SealError> {
-    let f = File::open(path).map_err(io(format!("opening {}", path.display())))?;
-    let len = f.metadata().map_err(io("reading the archive size"))?.len();
-    let mut h = blake3::Hasher::new();
-    let mut buf = vec![0u8; 1 << 20];
-    let mut off = 0;
-    while off < len {
-        let n = (len - off).min(buf.len() as u64) as usize;
-        f.read_exact_at(&mut buf[..n], off)
-            .map_err(io("reading the archive"))?;
-        h.update(&buf[..n]);
-        off += n as u64;
-    }
-    Ok(*h.finalize().as_bytes())
+fn write_tail(
+    out: &mut BufWriter<impl Write>,
+    plan: &SealPlan,
+    blob_end: u64,
+    rows: &[SliceRow],
+) -> Result<TailInfo, SealError> {
+    let info = znippy_format::write_tail(
+        out,
+        Tail {
+            props: plan.props,
+            blob_end,
+            rows,
+            meta: &plan.meta,
+        },
+    )?;
+    out.flush().map_err(io("writing the tail"))?;
+    Ok(info)
 }

@@ -1,4 +1,4 @@
-//! Seal: byte identity with a one-shot compress (in place and by copy), the
+//! Seal: byte identity with a one-shot compress (in place and re-packed), the
 //! ordinary reader on the result, immutability, and a crash in the middle.
 
 use std::path::Path;
@@ -95,7 +95,7 @@ async fn in_place_seal_equals_one_shot_compress() {
     store.append("a", inputs(&b), None).await.unwrap();
     let r = seal(&store, "a").await.unwrap();
     assert!(r.in_place);
-    assert_eq!(r.bytes_copied, 0);
+    assert_eq!(r.repack, znippy_format::RepackStats::default());
     let expected = one_shot(&[batch_a(), b.clone()], &Metadata::Present(meta));
     assert_eq!(
         sha(&r.path),
@@ -110,7 +110,7 @@ async fn in_place_seal_equals_one_shot_compress() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn copy_seal_after_replace_and_delete_equals_one_shot_of_the_live_files() {
+async fn repacked_seal_after_replace_and_delete_equals_one_shot_of_the_live_files() {
     let tmp = tempfile::tempdir().unwrap();
     let store = Store::open(tmp.path(), 2).await.unwrap();
     store
@@ -128,7 +128,7 @@ async fn copy_seal_after_replace_and_delete_equals_one_shot_of_the_live_files() 
     store.append("a", inputs(&b), None).await.unwrap();
     store.delete_file("a", "big2").await.unwrap();
     let r = seal(&store, "a").await.unwrap();
-    assert!(!r.in_place, "dead blobs force a copy");
+    assert!(!r.in_place, "dead rows force a re-pack");
     let live_a: Batch = batch_a()
         .into_iter()
         .filter(|(p, _)| *p != "big1" && *p != "big2")

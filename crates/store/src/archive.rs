@@ -128,6 +128,9 @@ pub struct SealPlan {
     pub meta: Metadata,
     /// No dead rows: the sidecar is exactly a one-shot compress's blob region.
     pub in_place: bool,
+    /// Every committed row, dead ones included, when the seal must re-pack
+    /// (`in_place` false); empty otherwise.
+    pub committed: Vec<SliceRow>,
     /// The sidecar.
     pub sidecar: Arc<Sidecar>,
     /// Its path.
@@ -274,7 +277,14 @@ impl LiveArchive {
         let meta = live_meta(meta_rows, props.with_meta)?;
         let sidecar = match &props.sealed {
             // A sealed archive's blobs (and tail) are immutable: never truncate.
-            Some(sealed) => Sidecar::open_existing(&sealed.path)?,
+            Some(sealed) => {
+                if sealed.path != sidecar_path {
+                    // A crash after the seal committed and before the re-packed
+                    // archive's old sidecar went: its dead bytes go now.
+                    let _ = std::fs::remove_file(&sidecar_path);
+                }
+                Sidecar::open_existing(&sealed.path)?
+            }
             None => Sidecar::open(&sidecar_path, blob_end)?,
         };
         let mut archive = LiveArchive {
@@ -497,6 +507,7 @@ impl LiveArchive {
             batches,
             meta: self.meta.clone(),
             in_place: !self.dead,
+            committed: Vec::new(),
             sidecar: Arc::clone(&self.sidecar),
             sidecar_path: self.sidecar_path.clone(),
             sealed_dir,

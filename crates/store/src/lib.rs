@@ -541,13 +541,26 @@ impl Store {
     pub async fn begin_seal(&self, id: &str) -> Result<(SealGuard, SealPlan)> {
         let slot = self.slot(id).await?;
         let writer = Arc::clone(&slot.writer).lock_owned().await;
-        let plan = {
+        let (mut plan, files) = {
             let state = slot.state.lock().await;
             if state.dropped {
                 return Err(StoreError::NoArchive(id.to_string()));
             }
-            state.seal_plan(self.dir.join("sealed"))
+            (
+                state.seal_plan(self.dir.join("sealed")),
+                state.files_ident.clone(),
+            )
         };
+        if !plan.in_place && plan.already.is_none() {
+            // What every old blob holds, dead slices included: the re-pack
+            // copies a blob only when it holds exactly what the new one would.
+            let table = self.catalog.load_table(&files).await?;
+            plan.committed = tables::file_rows(&tables::scan_all(&table).await?)?
+                .into_iter()
+                .filter(|r| !r.tombstone)
+                .map(|r| r.slice)
+                .collect();
+        }
         let guard = SealGuard {
             slot,
             _writer: writer,

@@ -67,27 +67,29 @@ fn runtime() -> Result<tokio::runtime::Runtime> {
         .context("starting the async runtime")
 }
 
-/// `znippy seal`: seals, prints where the result is, its size and blake3.
+/// `znippy seal`: seals, prints where the result is, its size and identity.
 pub fn seal(data: PathBuf, id: &str, output: Option<&std::path::Path>) -> Result<()> {
     runtime()?.block_on(async move {
         let store = Store::open(&data, 1)
             .await
             .with_context(|| format!("opening the store in {}", data.display()))?;
         let r = znippy_seal::seal(&store, id).await?;
-        let hash = znippy_seal::file_blake3(&r.path)?;
         if let Some(out) = output {
             std::fs::copy(&r.path, out).with_context(|| format!("copying to {}", out.display()))?;
         }
-        let hex: String = hash.iter().map(|b| format!("{b:02x}")).collect();
+        let hex: String = r.identity.iter().map(|b| format!("{b:02x}")).collect();
+        let how = if r.in_place {
+            "tail written in place".to_string()
+        } else {
+            format!(
+                "re-packed: {} blobs copied, {} rebuilt",
+                r.repack.blobs_copied, r.repack.blobs_rebuilt
+            )
+        };
         println!(
-            "sealed {id}: {} ({} bytes, {}, blake3 {hex})",
+            "sealed {id}: {} ({} bytes, {how}, identity {hex})",
             r.path.display(),
             r.size,
-            if r.in_place {
-                "tail written in place"
-            } else {
-                "live blobs copied"
-            }
         );
         Ok(())
     })
