@@ -1,6 +1,8 @@
 //! Seal: byte identity with a one-shot compress (in place and re-packed), the
 //! ordinary reader on the result, immutability, and a crash in the middle.
 
+mod common;
+
 use std::path::Path;
 
 use sha2::{Digest, Sha256};
@@ -231,4 +233,48 @@ async fn a_seal_cut_short_is_redone_with_the_same_bytes() {
     assert_eq!(store.info("a").await.unwrap().state, State::Live);
     let r = seal(&store, "a").await.unwrap();
     assert_eq!(std::fs::read(&r.path).unwrap(), expected);
+}
+
+/// A re-packing seal killed at any point leaves a partial file, or a complete
+/// one the catalog does not know of yet: the archive stays live and readable,
+/// and sealing again writes the canonical bytes over both.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_repack_cut_short_is_redone_with_the_same_bytes() {
+    use common::{append_of, cli_reference, play, text, Step};
+    let tmp = tempfile::tempdir().unwrap();
+    let steps = vec![
+        append_of(&[
+            ("a", text(1, 3000)),
+            ("d", text(2, 3000)),
+            ("b", text(3, 3000)),
+        ]),
+        Step::Delete("d".into()),
+    ];
+    let expected = cli_reference(tmp.path(), props(), &steps);
+    drop(play(tmp.path(), props(), &steps).await);
+    let sealed = tmp.path().join("store/sealed");
+    std::fs::create_dir_all(&sealed).unwrap();
+    std::fs::write(
+        sealed.join("a.znippy.partial"),
+        &expected[..expected.len() / 3],
+    )
+    .unwrap();
+    std::fs::write(
+        sealed.join("a.znippy"),
+        b"a seal that renamed but never committed",
+    )
+    .unwrap();
+    let store = Store::open(&tmp.path().join("store"), 2).await.unwrap();
+    assert_eq!(store.info("a").await.unwrap().state, State::Live);
+    let mut got = Vec::new();
+    store.read_file("a", "b", &mut got).await.unwrap();
+    assert_eq!(
+        got,
+        text(3, 3000),
+        "the live archive reads from its sidecar"
+    );
+    let r = seal(&store, "a").await.unwrap();
+    assert!(!r.in_place);
+    assert_eq!(std::fs::read(&r.path).unwrap(), expected);
+    assert!(!sealed.join("a.znippy.partial").exists());
 }
