@@ -15,7 +15,7 @@ use clap::{Parser, Subcommand};
 use znippy_cli::{gather, meta_args, threads};
 use znippy_format::{
     append, compress, extract_all, recover, scan_dir, undo_path, Archive, ArchiveProps, InputFile,
-    MetaSearch, MetaUpdate, Metadata, Recovery,
+    MetaSearch, MetaUpdate, Metadata, Recovery, ScannedFile, TarEntries,
 };
 
 use progress::{human, Progress};
@@ -33,10 +33,16 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Cmd {
-    /// Compress a directory into a new archive.
+    /// Compress a directory, or a tar stream, into a new archive.
     Compress {
-        /// Directory to archive; its files are stored relative to it.
-        dir: PathBuf,
+        /// Directory to archive; its files are stored relative to it, in byte
+        /// order of their paths.
+        #[arg(required_unless_present = "tar", conflicts_with = "tar")]
+        dir: Option<PathBuf>,
+        /// Read the files from a tar archive instead ('-' for standard input),
+        /// in the stream's order: `zstd -dc x.tar.zst | znippy compress --tar - -o x.znippy`.
+        #[arg(long, value_name = "FILE|-")]
+        tar: Option<PathBuf>,
         /// Archive to write.
         #[arg(short, long)]
         output: PathBuf,
@@ -142,8 +148,12 @@ enum Cmd {
         archive: PathBuf,
         /// Directories (stored relative to themselves) or files (stored under the
         /// path as given).
-        #[arg(required_unless_present_any = ["meta", "meta_archive"])]
+        #[arg(required_unless_present_any = ["meta", "meta_archive", "tar"], conflicts_with = "tar")]
         inputs: Vec<PathBuf>,
+        /// Append the files of a tar archive instead ('-' for standard input),
+        /// in the stream's order.
+        #[arg(long, value_name = "FILE|-")]
+        tar: Option<PathBuf>,
         /// Metadata about a file: 'path=key=value' (value '@file' reads bytes).
         #[arg(long = "meta", value_name = "PATH=KEY=VALUE")]
         meta: Vec<String>,
@@ -201,6 +211,7 @@ fn run(cmd: Cmd) -> Result<ExitCode> {
     match cmd {
         Cmd::Compress {
             dir,
+            tar,
             output,
             threads: t,
             level,
@@ -219,14 +230,16 @@ fn run(cmd: Cmd) -> Result<ExitCode> {
                 Some(t) => Metadata::Present(t),
                 None => Metadata::Absent,
             };
-            let files = scan_dir(&dir)?;
-            let total = files.iter().map(|f| f.size).sum();
+            let (batch, total) = match (&dir, &tar) {
+                (_, Some(tar)) => tar_batch(tar)?,
+                (Some(dir), None) => dir_batch(dir)?,
+                (None, None) => bail!("give a directory or --tar"),
+            };
             let bar = Progress::new(total, "compress");
             let tmp = output.with_extension("znippy.partial");
             let out = File::create(&tmp).with_context(|| format!("creating {}", tmp.display()))?;
             let mut out = BufWriter::new(out);
-            let inputs = files.iter().map(|f| Ok(f.input()));
-            let result = compress(&mut out, [inputs], props, threads(t), &meta, &mut |n| {
+            let result = compress(&mut out, [batch], props, threads(t), &meta, &mut |n| {
                 bar.inc(n)
             });
             let summary = match result {
@@ -368,21 +381,27 @@ fn run(cmd: Cmd) -> Result<ExitCode> {
         Cmd::Append {
             archive,
             inputs,
+            tar,
             meta,
             meta_archive,
             threads: t,
         } => {
             let set = meta_args::table(&meta, &meta_archive)?;
-            let files = gather(&inputs)?;
+            let (batch, total) = match &tar {
+                Some(tar) => tar_batch(tar)?,
+                None => {
+                    let files = gather(&inputs)?;
+                    let total = files.iter().map(|f| f.size).sum();
+                    (files_batch(files), total)
+                }
+            };
             if recover(&archive)? == Recovery::RolledBack {
                 eprintln!(
                     "znippy: an earlier append to {} did not finish; the archive is back as it was before it",
                     archive.display()
                 );
             }
-            let total = files.iter().map(|f| f.size).sum();
             let bar = Progress::new(total, "append");
-            let batch = files.iter().map(|f| Ok::<InputFile, _>(f.input()));
             let s = append(&archive, batch, MetaUpdate { set }, threads(t), &mut |n| {
                 bar.inc(n)
             })?;
@@ -400,6 +419,38 @@ fn run(cmd: Cmd) -> Result<ExitCode> {
         }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// A batch for the engine, and its size in bytes as far as it is known up
+/// front (for the progress bar).
+type Batch = (
+    Box<dyn Iterator<Item = znippy_format::Result<InputFile>>>,
+    u64,
+);
+
+fn files_batch(
+    files: Vec<ScannedFile>,
+) -> Box<dyn Iterator<Item = znippy_format::Result<InputFile>>> {
+    Box::new(files.into_iter().map(|f| Ok(f.input())))
+}
+
+/// A directory's files, in byte order of their paths.
+fn dir_batch(dir: &Path) -> Result<Batch> {
+    let files = scan_dir(dir)?;
+    let total = files.iter().map(|f| f.size).sum();
+    Ok((files_batch(files), total))
+}
+
+/// A tar archive's files, in the stream's order; `-` is standard input.
+fn tar_batch(tar: &Path) -> Result<Batch> {
+    let (src, total): (Box<dyn std::io::Read + Send>, u64) = if tar == Path::new("-") {
+        (Box::new(std::io::stdin()), 0)
+    } else {
+        let f = File::open(tar).with_context(|| format!("opening {}", tar.display()))?;
+        let len = f.metadata().map(|m| m.len()).unwrap_or(0);
+        (Box::new(std::io::BufReader::new(f)), len)
+    };
+    Ok((Box::new(TarEntries::new(src)), total))
 }
 
 /// Hands a service command over to `znippy-server`, installed beside this

@@ -22,7 +22,7 @@
 //! large, or to overflow the pack), hashed there, and written from there or from
 //! its compressed form.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
 use std::fs::File;
 use std::io::{self, BufWriter, Read, Write};
 use std::path::PathBuf;
@@ -280,9 +280,16 @@ impl Producer<'_> {
         I: IntoIterator<Item = Result<InputFile>>,
     {
         let threshold = self.engine.props.pack_threshold as usize;
+        let mut seen = HashSet::new();
         for file in files {
             let file = file?;
             path::validate(&file.path)?;
+            if !seen.insert(file.path.clone()) {
+                return Err(Error::Input {
+                    path: file.path,
+                    reason: "it comes twice in one batch".into(),
+                });
+            }
             let what = || format!("reading {}", file.path);
             let mut reader: Box<dyn Read + Send> = match file.source {
                 Source::Path(ref p) => Box::new(File::open(p).map_err(|e| Error::io(what(), e))?),

@@ -55,6 +55,7 @@ mod row;
 mod scan;
 mod schema;
 mod tail;
+mod tar;
 mod trie;
 mod undo;
 mod writer;
@@ -77,5 +78,6 @@ pub use schema::{
     LOOKUP_BATCH_ROWS, META, RESERVED, RESERVED_PKG_TYPE, TRIE, VERSION_KEY,
 };
 pub use tail::{write_tail, Tail, TailInfo, ALIGN, FOOTER_LEN, MAGIC};
+pub use tar::{TarEntries, MAX_TAR_EXTENSION};
 pub use undo::{undo_path, Recovery};
 pub use writer::{append, compress, merge_batch, recover, MetaUpdate, Summary};

@@ -368,3 +368,25 @@ fn writers_refuse_bad_paths_and_properties() {
         );
     }
 }
+
+#[test]
+fn a_path_twice_in_one_batch_is_refused_by_name() {
+    let files = vec![
+        Ok(znippy_format::InputFile::from_bytes("a/x", b"one".to_vec(), None)),
+        Ok(znippy_format::InputFile::from_bytes("a/x", b"two".to_vec(), None)),
+    ];
+    let mut out = Vec::new();
+    let err = znippy_format::compress(
+        &mut out,
+        [files],
+        small_props(),
+        1,
+        &Metadata::Absent,
+        &mut |_| {},
+    )
+    .unwrap_err();
+    assert!(
+        matches!(&err, Error::Input { path, .. } if path == "a/x"),
+        "{err}"
+    );
+}

@@ -54,24 +54,28 @@ impl IntoResponse for ApiError {
     }
 }
 
-/// Whether `e`'s chain holds an upload that was cut short or malformed.
-fn bad_upload(e: &(dyn std::error::Error + 'static)) -> Option<String> {
+/// Whether `e`'s chain holds an upload that was cut short or malformed: the
+/// service's own [`crate::upload::BadUpload`], or the format's tar reader
+/// refusing the stream, each carried through the engine's I/O errors.
+fn bad_upload(e: &(dyn std::error::Error + 'static)) -> bool {
+    let bad = |err: &(dyn std::error::Error + 'static)| {
+        err.is::<crate::upload::BadUpload>()
+            || matches!(
+                err.downcast_ref::<znippy_format::Error>(),
+                Some(znippy_format::Error::Input { .. })
+            )
+    };
     let mut cur = Some(e);
     while let Some(err) = cur {
-        if let Some(b) = err.downcast_ref::<crate::upload::BadUpload>() {
-            return Some(b.to_string());
-        }
-        if let Some(inner) = err
+        let inner = err
             .downcast_ref::<std::io::Error>()
-            .and_then(|io| io.get_ref())
-        {
-            if let Some(b) = inner.downcast_ref::<crate::upload::BadUpload>() {
-                return Some(b.to_string());
-            }
+            .and_then(|io| io.get_ref());
+        if bad(err) || inner.is_some_and(|i| bad(i)) {
+            return true;
         }
         cur = err.source();
     }
-    None
+    false
 }
 
 /// Whether an I/O error somewhere in `e`'s chain is "no space left".
@@ -100,7 +104,7 @@ fn format_error(e: &znippy_format::Error) -> ApiError {
         F::Checksum(_) | F::Corrupt(_) | F::NotAnArchive(_) | F::UnsupportedVersion { .. } => {
             ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "corrupt", msg)
         }
-        F::Io { .. } if bad_upload(e).is_some() => ApiError::bad_request("bad_body", msg),
+        F::Io { .. } if bad_upload(e) => ApiError::bad_request("bad_body", msg),
         F::Io { .. } if out_of_space(e) => {
             ApiError::new(StatusCode::INSUFFICIENT_STORAGE, "no_space", msg)
         }
