@@ -192,6 +192,12 @@ fn lifecycle_across_killed_processes() {
         }
         let _ = child.kill();
         let _ = child.wait();
+        // Whatever the kill left, the archive reads on.
+        let got = Command::new(znippy())
+            .args(["live", "--data", d, "get", "a", "keep/small.txt"])
+            .output()
+            .unwrap();
+        assert!(got.stdout == data(1, 900), "readable after kill {i}");
     }
     let out = Command::new(znippy())
         .args(["seal", "--data", d, "a"])
