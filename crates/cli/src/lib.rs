@@ -10,7 +10,7 @@ use std::collections::HashSet;
 use std::path::PathBuf;
 
 use anyhow::{bail, Context, Result};
-use znippy_format::{scan_dir, ScannedFile};
+use znippy_format::{scan_dir, Scan, ScanOptions, ScannedFile};
 
 pub mod meta_args;
 
@@ -21,13 +21,16 @@ pub fn threads(n: Option<usize>) -> usize {
 
 /// The files of an append, in argument order: a directory's files relative to it,
 /// a file under the path given. The same path twice is refused.
-pub fn gather(inputs: &[PathBuf]) -> Result<Vec<ScannedFile>> {
+pub fn gather(inputs: &[PathBuf], opts: ScanOptions) -> Result<Scan> {
     use std::os::unix::fs::PermissionsExt;
     let mut out = Vec::new();
+    let mut skipped = Vec::new();
     for input in inputs {
         let m = std::fs::metadata(input).with_context(|| format!("reading {}", input.display()))?;
         if m.is_dir() {
-            out.extend(scan_dir(input)?);
+            let scan = scan_dir(input, opts)?;
+            out.extend(scan.files);
+            skipped.extend(scan.skipped);
         } else if m.is_file() {
             let given = input
                 .to_str()
@@ -40,6 +43,7 @@ pub fn gather(inputs: &[PathBuf]) -> Result<Vec<ScannedFile>> {
                 disk_path: input.clone(),
                 size: m.len(),
                 mode: m.permissions().mode() & 0o7777,
+                target: None,
             });
         } else {
             bail!("{} is not a file or directory", input.display());
@@ -51,5 +55,8 @@ pub fn gather(inputs: &[PathBuf]) -> Result<Vec<ScannedFile>> {
             bail!("{} is given twice in one append", f.path);
         }
     }
-    Ok(out)
+    Ok(Scan {
+        files: out,
+        skipped,
+    })
 }

@@ -6,6 +6,7 @@ mod progress;
 use std::ffi::OsString;
 use std::fs::{File, TryLockError};
 use std::io::{BufWriter, Write};
+use std::os::unix::ffi::OsStrExt;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -15,7 +16,7 @@ use clap::{Parser, Subcommand};
 use znippy_cli::{gather, meta_args, threads};
 use znippy_format::{
     append, compress, extract_all, recover, scan_dir, undo_path, Archive, ArchiveProps, InputFile,
-    MetaSearch, MetaUpdate, Metadata, Recovery, ScannedFile, TarEntries,
+    Kind, MetaSearch, MetaUpdate, Metadata, Recovery, Scan, ScanOptions, TarEntries,
 };
 
 use progress::{human, Progress};
@@ -43,6 +44,8 @@ enum Cmd {
         /// in the stream's order: `zstd -dc x.tar.zst | znippy compress --tar - -o x.znippy`.
         #[arg(long, value_name = "FILE|-")]
         tar: Option<PathBuf>,
+        #[command(flatten)]
+        tree: TreeArgs,
         /// Archive to write.
         #[arg(short, long)]
         output: PathBuf,
@@ -154,6 +157,8 @@ enum Cmd {
         /// in the stream's order.
         #[arg(long, value_name = "FILE|-")]
         tar: Option<PathBuf>,
+        #[command(flatten)]
+        tree: TreeArgs,
         /// Metadata about a file: 'path=key=value' (value '@file' reads bytes).
         #[arg(long = "meta", value_name = "PATH=KEY=VALUE")]
         meta: Vec<String>,
@@ -168,6 +173,31 @@ enum Cmd {
     /// process or the machine died in the middle). The next append does this
     /// by itself; other commands refuse the archive until then.
     Recover { archive: PathBuf },
+}
+
+/// How directories are read.
+#[derive(clap::Args)]
+struct TreeArgs {
+    /// Store what symbolic links point to instead of the links (tar's -h);
+    /// a loop of links is an error.
+    #[arg(long)]
+    dereference: bool,
+    /// Fail on FIFOs, sockets and devices instead of skipping them.
+    #[arg(long)]
+    strict: bool,
+    /// Skip files and directories that cannot be read instead of failing.
+    #[arg(long)]
+    skip_unreadable: bool,
+}
+
+impl TreeArgs {
+    fn options(&self) -> ScanOptions {
+        ScanOptions {
+            dereference: self.dereference,
+            strict: self.strict,
+            skip_unreadable: self.skip_unreadable,
+        }
+    }
 }
 
 fn main() -> ExitCode {
@@ -212,6 +242,7 @@ fn run(cmd: Cmd) -> Result<ExitCode> {
         Cmd::Compress {
             dir,
             tar,
+            tree,
             output,
             threads: t,
             level,
@@ -232,7 +263,7 @@ fn run(cmd: Cmd) -> Result<ExitCode> {
             };
             let (batch, total) = match (&dir, &tar) {
                 (_, Some(tar)) => tar_batch(tar)?,
-                (Some(dir), None) => dir_batch(dir)?,
+                (Some(dir), None) => files_batch(scan_dir(dir, tree.options())?),
                 (None, None) => bail!("give a directory or --tar"),
             };
             let bar = Progress::new(total, "compress");
@@ -279,8 +310,17 @@ fn run(cmd: Cmd) -> Result<ExitCode> {
             let mut out = BufWriter::new(std::io::stdout().lock());
             if long {
                 for e in a.entries(&prefix)? {
-                    let mode = e.mode.map_or("-".to_string(), |m| format!("{m:04o}"));
-                    writeln!(out, "{mode} {:>12} {}", e.size, e.path)?;
+                    let kind = e.kind()?;
+                    let mode = e
+                        .mode
+                        .map_or("----".to_string(), |m| format!("{:04o}", m & 0o7777));
+                    write!(out, "{}{mode} {:>12} {}", kind.letter(), e.size, e.path)?;
+                    if kind == Kind::Symlink {
+                        let mut target = Vec::new();
+                        a.read_file(&e.path, &mut target)?;
+                        write!(out, " -> {}", String::from_utf8_lossy(&target))?;
+                    }
+                    writeln!(out)?;
                 }
             } else {
                 for p in a.list(&prefix)? {
@@ -298,8 +338,15 @@ fn run(cmd: Cmd) -> Result<ExitCode> {
             match output {
                 None => {
                     let mut out = BufWriter::new(std::io::stdout().lock());
-                    a.read_file(&path, &mut out)?;
+                    let e = a.read_entry(&path, &mut out)?;
                     out.flush()?;
+                    match e.kind()? {
+                        Kind::File => {}
+                        Kind::Symlink => {
+                            eprintln!("znippy: {path} is a symbolic link; its target is above")
+                        }
+                        Kind::Dir => eprintln!("znippy: {path} is an empty directory"),
+                    }
                 }
                 Some(dest) => {
                     // Written beside the target and renamed, so a failed check
@@ -310,18 +357,30 @@ fn run(cmd: Cmd) -> Result<ExitCode> {
                             .with_context(|| format!("creating {}", tmp.display()))?,
                     );
                     let res = a
-                        .read_file(&path, &mut out)
+                        .read_entry(&path, &mut out)
                         .map_err(anyhow::Error::from)
-                        .and_then(|_| {
+                        .and_then(|e| {
                             out.flush()?;
-                            Ok(())
+                            Ok(e)
                         });
                     drop(out);
-                    if let Err(e) = res {
-                        let _ = std::fs::remove_file(&tmp);
-                        return Err(e);
+                    let entry = match res {
+                        Ok(e) => e,
+                        Err(e) => {
+                            let _ = std::fs::remove_file(&tmp);
+                            return Err(e);
+                        }
+                    };
+                    if entry.kind()? == Kind::Symlink {
+                        // The link itself, as extraction makes it.
+                        let target = std::fs::read(&tmp)?;
+                        std::fs::remove_file(&tmp)?;
+                        let target = std::ffi::OsStr::from_bytes(&target);
+                        std::os::unix::fs::symlink(target, &dest)
+                            .with_context(|| format!("making the link {}", dest.display()))?;
+                    } else {
+                        std::fs::rename(&tmp, &dest)?;
                     }
-                    std::fs::rename(&tmp, &dest)?;
                 }
             }
         }
@@ -382,6 +441,7 @@ fn run(cmd: Cmd) -> Result<ExitCode> {
             archive,
             inputs,
             tar,
+            tree,
             meta,
             meta_archive,
             threads: t,
@@ -389,11 +449,7 @@ fn run(cmd: Cmd) -> Result<ExitCode> {
             let set = meta_args::table(&meta, &meta_archive)?;
             let (batch, total) = match &tar {
                 Some(tar) => tar_batch(tar)?,
-                None => {
-                    let files = gather(&inputs)?;
-                    let total = files.iter().map(|f| f.size).sum();
-                    (files_batch(files), total)
-                }
+                None => files_batch(gather(&inputs, tree.options())?),
             };
             if recover(&archive)? == Recovery::RolledBack {
                 eprintln!(
@@ -428,17 +484,22 @@ type Batch = (
     u64,
 );
 
-fn files_batch(
-    files: Vec<ScannedFile>,
-) -> Box<dyn Iterator<Item = znippy_format::Result<InputFile>>> {
-    Box::new(files.into_iter().map(|f| Ok(f.input())))
-}
-
-/// A directory's files, in byte order of their paths.
-fn dir_batch(dir: &Path) -> Result<Batch> {
-    let files = scan_dir(dir)?;
-    let total = files.iter().map(|f| f.size).sum();
-    Ok((files_batch(files), total))
+/// The entries a scan found, after a warning line for each one it skipped.
+fn files_batch(scan: Scan) -> Batch {
+    for s in &scan.skipped {
+        eprintln!("znippy: skipped {}: {}", s.disk_path.display(), s.reason);
+    }
+    if !scan.skipped.is_empty() {
+        eprintln!(
+            "znippy: {} entries skipped (--strict makes that an error)",
+            scan.skipped.len()
+        );
+    }
+    let total = scan.files.iter().map(|f| f.size).sum();
+    (
+        Box::new(scan.files.into_iter().map(|f| Ok(f.input()))),
+        total,
+    )
 }
 
 /// A tar archive's files, in the stream's order; `-` is standard input.

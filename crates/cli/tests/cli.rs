@@ -146,8 +146,8 @@ fn get_list_info_and_help() {
     assert_eq!(
         long.lines().collect::<Vec<_>>(),
         [
-            "0600            4 dir/b.txt",
-            "0755           18 dir/run.sh"
+            "-0600            4 dir/b.txt",
+            "-0755           18 dir/run.sh"
         ]
     );
     let info = String::from_utf8(ok(&["info", s(&arc)]).stdout).unwrap();
@@ -343,13 +343,26 @@ fn hostile_inputs_fail_cleanly() {
             }
         }
     }
-    // A symlink out of the input directory is refused, and no archive is left.
-    std::os::unix::fs::symlink("/etc/passwd", src.join("escape")).unwrap();
+    // A FIFO under --strict is refused by name, and no archive is left.
+    let fifo = src.join("pipe");
+    assert!(Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .unwrap()
+        .success());
     let target = tmp.path().join("x.znippy");
-    let out = znippy(&["compress", s(&src), "-o", s(&target)]);
+    let out = znippy(&["compress", s(&src), "-o", s(&target), "--strict"]);
     assert_eq!(out.status.code(), Some(1));
-    assert!(String::from_utf8_lossy(&out.stderr).contains("outside"));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("pipe"));
     assert!(!target.exists());
+    // Without it the FIFO is skipped with a warning line and a count.
+    let out = ok(&["compress", s(&src), "-o", s(&target)]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("skipped") && err.contains("a FIFO") && err.contains("1 entries skipped"),
+        "{err}"
+    );
+    std::fs::remove_file(&fifo).unwrap();
     let props = znippy(&["compress", s(&src), "-o", s(&target), "--chunk-size", "1"]);
     assert!(String::from_utf8_lossy(&props.stderr).contains("chunk_size"));
 }
@@ -461,4 +474,43 @@ fn a_killed_append_is_undone_by_recover_or_by_the_next_append() {
     );
     let got = ok(&["get", s(&arc), "late.txt"]).stdout;
     assert_eq!(got, b"after the crash");
+}
+
+#[test]
+fn links_are_listed_got_and_extracted_as_links() {
+    let tmp = tempfile::tempdir().unwrap();
+    let src = tmp.path().join("src");
+    std::fs::create_dir_all(src.join("d")).unwrap();
+    std::fs::write(src.join("d/real"), b"real bytes").unwrap();
+    std::os::unix::fs::symlink("real", src.join("d/link")).unwrap();
+    std::os::unix::fs::symlink("/etc/passwd", src.join("abs")).unwrap();
+    let arc = tmp.path().join("a.znippy");
+    ok(&["compress", s(&src), "-o", s(&arc)]);
+    let long = String::from_utf8(ok(&["list", s(&arc), "--long"]).stdout).unwrap();
+    assert!(
+        long.lines()
+            .any(|l| l.starts_with("l0777") && l.ends_with("abs -> /etc/passwd")),
+        "{long}"
+    );
+    let got = ok(&["get", s(&arc), "abs"]);
+    assert_eq!(
+        got.stdout, b"/etc/passwd",
+        "the target, never /etc/passwd's content"
+    );
+    assert!(String::from_utf8_lossy(&got.stderr).contains("symbolic link"));
+    let dest = tmp.path().join("got-link");
+    ok(&["get", s(&arc), "d/link", "-o", s(&dest)]);
+    assert_eq!(std::fs::read_link(&dest).unwrap(), Path::new("real"));
+    let out = tmp.path().join("out");
+    ok(&["decompress", s(&arc), "-o", s(&out)]);
+    assert_eq!(std::fs::read(out.join("d/link")).unwrap(), b"real bytes");
+    assert_eq!(
+        std::fs::read_link(out.join("abs")).unwrap(),
+        Path::new("/etc/passwd")
+    );
+    // --dereference stores what the links point to.
+    let deref = tmp.path().join("deref.znippy");
+    ok(&["compress", s(&src), "-o", s(&deref), "--dereference"]);
+    let long = String::from_utf8(ok(&["list", s(&deref), "--long"]).stdout).unwrap();
+    assert!(long.lines().all(|l| l.starts_with('-')), "{long}");
 }

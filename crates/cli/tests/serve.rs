@@ -307,11 +307,23 @@ fn tar_uploads_seal_to_what_compress_and_append_make_of_the_tars() {
         std::fs::create_dir_all(path.parent().unwrap()).unwrap();
         std::fs::write(path, b).unwrap();
     }
+    // A link, a hard link and an empty directory, as tar records them.
+    std::os::unix::fs::symlink("z/last.txt", src.join("lnk")).unwrap();
+    std::fs::hard_link(src.join("a/first.txt"), src.join("hard")).unwrap();
+    std::fs::create_dir(src.join("emptydir")).unwrap();
     // Three streams, names in the order given: gnu (a long name), pax, ustar.
     let streams: [(&str, &[&str]); 3] = [
         (
             "gnu",
-            &["z/last.txt", "m.bin", "a/first.txt", long.as_str()],
+            &[
+                "z/last.txt",
+                "m.bin",
+                "a/first.txt",
+                long.as_str(),
+                "hard",
+                "lnk",
+                "emptydir",
+            ],
         ),
         ("pax", &["b.txt", "again", "aa/x"]),
         ("ustar", &["c/empty"]),
@@ -400,6 +412,7 @@ fn tar_uploads_seal_to_what_compress_and_append_make_of_the_tars() {
         .output()
         .unwrap();
     let mut want: Vec<&str> = files.iter().map(|(p, _)| *p).collect();
+    want.extend(["lnk", "hard", "emptydir"]);
     want.sort();
     assert_eq!(
         String::from_utf8_lossy(&listed.stdout)

@@ -22,14 +22,16 @@
 //! large, or to overflow the pack), hashed there, and written from there or from
 //! its compressed form.
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, HashMap};
 use std::fs::File;
 use std::io::{self, BufWriter, Read, Write};
+use std::ops::Range;
 use std::path::PathBuf;
 use std::sync::mpsc::{self, Receiver, SyncSender, TryRecvError};
 use std::sync::{Arc, Mutex};
 
 use crate::error::{Error, Result};
+use crate::kind::Kind;
 use crate::layout::{BlobLoc, Closed, Layout, Piece, SliceLoc, Small};
 use crate::pages::PageBuf;
 use crate::path;
@@ -42,6 +44,9 @@ pub enum Source {
     Path(PathBuf),
     /// Any byte stream, read to its end.
     Reader(Box<dyn Read + Send>),
+    /// The same bytes as the file at this archive path, earlier in the same
+    /// batch (a hard link): its slices are pointed at, not read again.
+    SameAs(String),
 }
 
 impl std::fmt::Debug for Source {
@@ -49,6 +54,7 @@ impl std::fmt::Debug for Source {
         match self {
             Source::Path(p) => f.debug_tuple("Path").field(p).finish(),
             Source::Reader(_) => f.write_str("Reader(..)"),
+            Source::SameAs(p) => f.debug_tuple("SameAs").field(p).finish(),
         }
     }
 }
@@ -280,20 +286,37 @@ impl Producer<'_> {
         I: IntoIterator<Item = Result<InputFile>>,
     {
         let threshold = self.engine.props.pack_threshold as usize;
-        let mut seen = HashSet::new();
+        // Each file's rows in `self.rows`, for hard links and to refuse a path
+        // that comes twice.
+        let mut spans: HashMap<String, Range<usize>> = HashMap::new();
         for file in files {
             let file = file?;
             path::validate(&file.path)?;
-            if !seen.insert(file.path.clone()) {
+            if spans.contains_key(&file.path) {
                 return Err(Error::Input {
                     path: file.path,
                     reason: "it comes twice in one batch".into(),
                 });
             }
+            let first_row = self.rows.len();
+            let kind = Kind::of(file.mode).map_err(|_| Error::Input {
+                path: file.path.clone(),
+                reason: "only regular files, symbolic links and directories are archived".into(),
+            })?;
+            let mode = file.mode.map(|m| kind.mode(m));
             let what = || format!("reading {}", file.path);
             let mut reader: Box<dyn Read + Send> = match file.source {
                 Source::Path(ref p) => Box::new(File::open(p).map_err(|e| Error::io(what(), e))?),
                 Source::Reader(r) => r,
+                Source::SameAs(ref to) => {
+                    let span = spans.get(to).cloned().ok_or_else(|| Error::Input {
+                        path: file.path.clone(),
+                        reason: format!("a hard link to {to}, which is not earlier in the batch"),
+                    })?;
+                    self.link(&file.path, mode, span);
+                    spans.insert(file.path, first_row..self.rows.len());
+                    continue;
+                }
             };
             self.stats.files += 1;
             let mut pack = match self.pack.take() {
@@ -307,11 +330,22 @@ impl Producer<'_> {
                 .map_err(|e| Error::io(what(), e))?;
             progress(n as u64);
             self.stats.bytes_in += n as u64;
-            if n <= threshold {
-                self.add_small(pack, &file.path, file.mode, start)?;
-            } else {
-                self.add_large(pack, &file.path, file.mode, start, &mut reader, progress)?;
+            if kind != Kind::File {
+                // A link's target or a directory's nothing: always one small slice.
+                kind.check_content(&file.path, &pack.0[start..])?;
+                if n > threshold {
+                    return Err(Error::Input {
+                        path: file.path,
+                        reason: "a link target longer than pack_threshold".into(),
+                    });
+                }
             }
+            if n <= threshold {
+                self.add_small(pack, &file.path, mode, start)?;
+            } else {
+                self.add_large(pack, &file.path, mode, start, &mut reader, progress)?;
+            }
+            spans.insert(file.path, first_row..self.rows.len());
         }
         match (self.pack.take(), self.engine.layout.close()) {
             (Some(pack), Some(closed)) => self.dispatch(closed, pack),
@@ -386,6 +420,18 @@ impl Producer<'_> {
             checksum,
             mode,
         });
+    }
+
+    /// A hard link: `path` gets the slices of the file whose rows are `span`,
+    /// as dedupe would give them, without a byte read.
+    fn link(&mut self, path: &str, mode: Option<u32>, span: Range<usize>) {
+        self.stats.files += 1;
+        for i in span {
+            let r = &self.rows[i];
+            let (offset, size, loc, checksum) = (r.fdata_offset, r.size, r.loc, r.checksum);
+            self.stats.deduped_slices += 1;
+            self.push_row(path, mode, offset, size, loc, checksum);
+        }
     }
 
     /// Takes the file just read into `pack` at `start` as a small one: its row

@@ -1,17 +1,25 @@
 //! Extraction of a whole archive into a directory, in parallel, verified.
 //!
 //! Blobs are decoded once each, on `threads` threads, and every slice is written
-//! straight to its place in its file with a positioned write. Paths are checked
-//! with the same validator the writer uses, so nothing lands outside the target,
-//! and the last component of a path is never followed if it is a symlink.
+//! straight to its place in its file with a positioned write.
+//!
+//! An archive is untrusted, so nothing is ever written outside the target or
+//! through a symbolic link: paths are checked with the writer's validator;
+//! every path is opened one component at a time below a handle on the target,
+//! never following a link ([`Beneath`]); an entry that lies below a link or a
+//! file of the archive is refused before anything is written; and links are
+//! made last, once every file is in place. Directory permissions are set last
+//! too, so a read-only directory does not stop what goes in it.
 
 use std::collections::HashMap;
-use std::fs::{self, File, OpenOptions, Permissions};
-use std::os::unix::fs::{FileExt, OpenOptionsExt, PermissionsExt};
+use std::fs::{self, Permissions};
+use std::os::unix::fs::{FileExt, PermissionsExt};
 use std::path::Path;
 
+use crate::beneath::Beneath;
 use crate::error::{Error, Result};
 use crate::io::ReadAt;
+use crate::kind::{Kind, MAX_LINK_TARGET};
 use crate::path;
 use crate::reader::{for_each_blob, Archive};
 use crate::row::{check_file_rows, SliceRow};
@@ -25,17 +33,7 @@ pub struct ExtractStats {
     pub bytes: u64,
 }
 
-fn open_for_write(p: &Path, truncate: bool) -> std::io::Result<File> {
-    OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(truncate)
-        // Never write through a symlink planted at the file's own name.
-        .custom_flags(libc::O_NOFOLLOW)
-        .open(p)
-}
-
-/// Extracts every file of `archive` below `dest`, creating it if needed.
+/// Extracts every entry of `archive` below `dest`, creating it if needed.
 /// `progress` is told the size of each slice as it is written.
 pub fn extract_all<R: ReadAt>(
     archive: &Archive<R>,
@@ -49,43 +47,81 @@ pub fn extract_all<R: ReadAt>(
         path::validate(&r.relative_path)?;
         by_file.entry(&r.relative_path).or_default().push(r);
     }
-    // (size, mode, slices) of every file, whose slices must tile it exactly: no
-    // hole, no overlap, so no crafted offset can make a sparse giant.
-    let mut files: HashMap<&str, (u64, Option<u32>, u64)> = HashMap::new();
+    // (kind, size, mode, slices) of every entry, whose slices must tile it
+    // exactly: no hole, no overlap, so no crafted offset can make a sparse giant.
+    let mut entries: HashMap<&str, Extracted> = HashMap::new();
     for (p, mut slices) in by_file {
         slices.sort_by_key(|r| r.fdata_offset);
         let size = check_file_rows(p, slices.iter().copied())?;
-        files.insert(p, (size, slices[0].mode, slices.len() as u64));
+        let mode = slices[0].mode;
+        let kind = Kind::of(mode)?;
+        let max = match kind {
+            Kind::File => u64::MAX,
+            Kind::Symlink => MAX_LINK_TARGET as u64,
+            Kind::Dir => 0,
+        };
+        if size > max {
+            return Err(Error::corrupt(format!(
+                "{p}: a {kind:?} entry of {size} bytes"
+            )));
+        }
+        let slices = slices.len() as u64;
+        entries.insert(
+            p,
+            Extracted {
+                kind,
+                size,
+                mode,
+                slices,
+            },
+        );
     }
+    check_nesting(&entries)?;
     fs::create_dir_all(dest).map_err(|e| Error::io(format!("creating {}", dest.display()), e))?;
-    let mut dirs: Vec<&str> = files
-        .keys()
-        .filter_map(|p| p.rsplit_once('/').map(|(d, _)| d))
+    let root =
+        Beneath::open(dest).map_err(|e| Error::io(format!("opening {}", dest.display()), e))?;
+    let in_dest = |p: &str| dest.join(p).display().to_string();
+    let mut dirs: Vec<&str> = entries
+        .iter()
+        .filter_map(|(p, e)| match e.kind {
+            Kind::Dir => Some(*p),
+            _ => p.rsplit_once('/').map(|(d, _)| d),
+        })
         .collect();
     dirs.sort_unstable();
     dirs.dedup();
-    for d in dirs {
-        let p = dest.join(d);
-        fs::create_dir_all(&p).map_err(|e| Error::io(format!("creating {}", p.display()), e))?;
+    for d in &dirs {
+        root.dir(d)
+            .map_err(|e| Error::io(format!("creating {}", in_dest(d)), e))?;
     }
     // Files of several slices are created (at full size) before the workers write
     // into them at their offsets; single-slice files are created by the worker.
-    for (p, (size, _, slices)) in &files {
-        if *slices > 1 {
-            let full = dest.join(p);
-            let f = open_for_write(&full, true)
-                .map_err(|e| Error::io(format!("creating {}", full.display()), e))?;
-            f.set_len(*size)
-                .map_err(|e| Error::io(format!("sizing {}", full.display()), e))?;
+    for (p, e) in &entries {
+        if e.kind == Kind::File && e.slices > 1 {
+            let f = root
+                .create(p, true)
+                .map_err(|err| Error::io(format!("creating {}", in_dest(p)), err))?;
+            f.set_len(e.size)
+                .map_err(|err| Error::io(format!("sizing {}", in_dest(p)), err))?;
         }
     }
+    let file_rows: Vec<SliceRow> = rows
+        .iter()
+        .filter(|r| {
+            entries
+                .get(r.relative_path.as_str())
+                .is_some_and(|e| e.kind == Kind::File)
+        })
+        .cloned()
+        .collect();
     let write = |r: &SliceRow, bytes: &[u8]| -> Result<()> {
-        let full = dest.join(&r.relative_path);
-        let what = || format!("writing {}", full.display());
-        let single = files
+        let what = || format!("writing {}", in_dest(&r.relative_path));
+        let single = entries
             .get(r.relative_path.as_str())
-            .is_some_and(|f| f.2 == 1);
-        let f = open_for_write(&full, single).map_err(|e| Error::io(what(), e))?;
+            .is_some_and(|f| f.slices == 1);
+        let f = root
+            .create(&r.relative_path, single)
+            .map_err(|e| Error::io(what(), e))?;
         f.write_all_at(bytes, r.fdata_offset)
             .map_err(|e| Error::io(what(), e))?;
         if single {
@@ -97,16 +133,72 @@ pub fn extract_all<R: ReadAt>(
         progress(bytes.len() as u64);
         Ok(())
     };
-    for_each_blob(archive, &rows, threads, &write)?;
+    for_each_blob(archive, &file_rows, threads, &write)?;
     let mut stats = ExtractStats::default();
-    for (p, (size, mode, slices)) in &files {
+    for (p, e) in &entries {
         stats.files += 1;
-        stats.bytes += size;
-        if let (true, Some(mode)) = (*slices > 1, mode) {
-            let full = dest.join(p);
-            fs::set_permissions(&full, Permissions::from_mode(mode & 0o7777))
-                .map_err(|e| Error::io(format!("setting mode of {}", full.display()), e))?;
+        stats.bytes += e.size;
+        if let (Kind::File, true, Some(mode)) = (e.kind, e.slices > 1, e.mode) {
+            let f = root
+                .create(p, false)
+                .map_err(|err| Error::io(format!("opening {}", in_dest(p)), err))?;
+            f.set_permissions(Permissions::from_mode(mode & 0o7777))
+                .map_err(|err| Error::io(format!("setting mode of {}", in_dest(p)), err))?;
         }
     }
+    // Links last: nothing written above could have gone through one.
+    let mut target = Vec::new();
+    for (p, e) in &entries {
+        if e.kind == Kind::Symlink {
+            target.clear();
+            archive.read_file(p, &mut target)?;
+            root.symlink(p, &target)
+                .map_err(|err| Error::io(format!("making the link {}", in_dest(p)), err))?;
+        }
+    }
+    // Deepest first, so a directory closed to writes is closed after its children.
+    let mut modes: Vec<(&str, u32)> = entries
+        .iter()
+        .filter(|(_, e)| e.kind == Kind::Dir)
+        .filter_map(|(p, e)| e.mode.map(|m| (*p, m)))
+        .collect();
+    modes.sort_unstable_by(|a, b| b.0.cmp(a.0));
+    for (p, mode) in modes {
+        root.chmod_dir(p, mode)
+            .map_err(|e| Error::io(format!("setting mode of {}", in_dest(p)), e))?;
+    }
     Ok(stats)
+}
+
+struct Extracted {
+    kind: Kind,
+    size: u64,
+    mode: Option<u32>,
+    slices: u64,
+}
+
+/// Refuses an entry below a link or a regular file of the archive: `a -> /etc`
+/// then `a/passwd` must not write through the link, and `x` then `x/y` cannot
+/// both exist.
+fn check_nesting(entries: &HashMap<&str, Extracted>) -> Result<()> {
+    for p in entries.keys() {
+        let mut at = 0;
+        while let Some(i) = p[at..].find('/') {
+            let parent = &p[..at + i];
+            if let Some(e) = entries.get(parent) {
+                if e.kind != Kind::Dir {
+                    return Err(Error::corrupt(format!(
+                        "{p} lies below {parent}, which is a {}",
+                        if e.kind == Kind::Symlink {
+                            "symbolic link"
+                        } else {
+                            "file"
+                        }
+                    )));
+                }
+            }
+            at += i + 1;
+        }
+    }
+    Ok(())
 }

@@ -18,7 +18,7 @@ use arrow_schema::{DataType, SchemaRef};
 
 use crate::error::{Error, Result};
 use crate::io::ReadAt;
-use crate::schema::{check_version, BATCH_ROWS, BATCH_ROWS_KEY};
+use crate::schema::{check_version, BATCH_ROWS, BATCH_ROWS_KEY, VERSION_KEY};
 
 /// How a section's Arrow buffers are stored.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -32,12 +32,14 @@ pub(crate) enum Body {
 
 /// Encodes `batch` as an Arrow IPC file with record batches of `batch_rows` rows
 /// (the last may hold fewer), recorded in the schema metadata under
-/// [`BATCH_ROWS_KEY`] next to the metadata of `schema`.
+/// [`BATCH_ROWS_KEY`] next to the metadata of `schema` and the archive's
+/// format `version`.
 pub(crate) fn encode(
     schema: &SchemaRef,
     batch: &RecordBatch,
     body: Body,
     batch_rows: usize,
+    version: u32,
 ) -> Result<Vec<u8>> {
     let arrow = |e| Error::corrupt(format!("arrow encode: {e}"));
     let compression = match body {
@@ -49,6 +51,7 @@ pub(crate) fn encode(
         .map_err(arrow)?;
     let mut md = schema.metadata().clone();
     md.insert(BATCH_ROWS_KEY.into(), batch_rows.to_string());
+    md.insert(VERSION_KEY.into(), version.to_string());
     let schema = schema.as_ref().clone().with_metadata(md);
     let mut out = Vec::new();
     let mut w = FileWriter::try_new_with_options(&mut out, &schema, options).map_err(arrow)?;

@@ -37,12 +37,14 @@
 
 #![deny(missing_docs)]
 
+mod beneath;
 mod blobs;
 mod engine;
 mod error;
 mod extract;
 mod io;
 mod ipc;
+mod kind;
 mod layout;
 mod manifest;
 mod meta;
@@ -65,6 +67,7 @@ pub use engine::{codec_calls, BatchStats, Engine, InputFile, Source};
 pub use error::{Error, Result};
 pub use extract::{extract_all, ExtractStats};
 pub use io::{CountingReader, ReadAt};
+pub use kind::{Kind, MAX_LINK_TARGET, S_IFDIR, S_IFLNK, S_IFMT, S_IFREG};
 pub use manifest::SectionEntry;
 pub use meta::{MetaRow, MetaSearch, MetaTable, MetaValue, Metadata};
 pub use path::{validate as validate_path, MAX_PATH_LEN};
@@ -72,7 +75,7 @@ pub use props::{ArchiveProps, CODEC, MAX_CHUNK_SIZE, MIN_CHUNK_SIZE};
 pub use reader::{Archive, Entry, TrieState};
 pub use repack::{repack, RepackStats};
 pub use row::{check_file_rows, SliceRow};
-pub use scan::{scan_dir, ScannedFile};
+pub use scan::{scan_dir, Scan, ScanOptions, ScannedFile, Skipped};
 pub use schema::{
     base_schema, manifest_schema, meta_schema, BATCH_ROWS, BATCH_ROWS_KEY, FORMAT_VERSION, LOOKUP,
     LOOKUP_BATCH_ROWS, META, RESERVED, RESERVED_PKG_TYPE, TRIE, VERSION_KEY,

@@ -45,7 +45,11 @@ impl SectionEntry {
     }
 }
 
-pub(crate) fn encode(sections: &[SectionEntry], md: HashMap<String, String>) -> Result<Vec<u8>> {
+pub(crate) fn encode(
+    sections: &[SectionEntry],
+    md: HashMap<String, String>,
+    version: u32,
+) -> Result<Vec<u8>> {
     let n = sections.len();
     let mut pkg = Int8Builder::with_capacity(n);
     let mut repo = StringBuilder::new();
@@ -82,7 +86,7 @@ pub(crate) fn encode(sections: &[SectionEntry], md: HashMap<String, String>) -> 
     ];
     let batch = RecordBatch::try_new(schema.clone(), cols)
         .map_err(|e| Error::corrupt(format!("manifest: {e}")))?;
-    ipc::encode(&schema, &batch, ipc::Body::Plain, BATCH_ROWS)
+    ipc::encode(&schema, &batch, ipc::Body::Plain, BATCH_ROWS, version)
 }
 
 /// Decodes a manifest held in memory; returns its rows and schema metadata.

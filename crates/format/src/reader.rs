@@ -21,6 +21,7 @@ use crate::blobs::{BlobRegion, BlobScratch};
 use crate::error::{Error, Result};
 use crate::io::ReadAt;
 use crate::ipc::{read_at, IpcSection};
+use crate::kind::Kind;
 use crate::manifest::{self, SectionEntry};
 use crate::meta::{MetaTable, Metadata};
 use crate::props::ArchiveProps;
@@ -40,12 +41,20 @@ const MAX_MANIFEST_LEN: u64 = 16 << 20;
 pub struct Entry {
     /// The archive path.
     pub path: String,
-    /// Size in bytes.
+    /// Size in bytes (a link: its target's length).
     pub size: u64,
-    /// Unix permission bits, when recorded.
+    /// Unix permission bits, when recorded, and the type bits of a link or a
+    /// directory.
     pub mode: Option<u32>,
     /// Number of slices (rows).
     pub slices: u64,
+}
+
+impl Entry {
+    /// What the entry is.
+    pub fn kind(&self) -> Result<Kind> {
+        Kind::of(self.mode)
+    }
 }
 
 /// How path lookups are being answered.
@@ -350,11 +359,25 @@ impl<R: ReadAt> Archive<R> {
     }
 
     /// Writes the bytes of `path` to `out`, verified; returns the byte count.
+    /// A symbolic link's bytes are its target.
     pub fn read_file(&self, path: &str, out: &mut dyn Write) -> Result<u64> {
+        Ok(self.read_entry(path, out)?.size)
+    }
+
+    /// [`Archive::read_file`], returning the entry it read: a caller learns
+    /// whether it was a link or a directory from the same lookup.
+    pub fn read_entry(&self, path: &str, out: &mut dyn Write) -> Result<Entry> {
         let rows = self.slices(path)?;
         let mut scratch = BlobScratch::default();
-        self.region()
-            .write_range(&self.src, &rows, 0..u64::MAX, out, &mut scratch)
+        let size = self
+            .region()
+            .write_range(&self.src, &rows, 0..u64::MAX, out, &mut scratch)?;
+        Ok(Entry {
+            path: path.to_string(),
+            size,
+            mode: rows.first().and_then(|r| r.mode),
+            slices: rows.len() as u64,
+        })
     }
 
     /// Paths starting with `prefix`, in byte order. Reads only the trie when there

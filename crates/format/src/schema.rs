@@ -7,8 +7,9 @@ use arrow_schema::{DataType, Field, Schema, SchemaRef};
 
 use crate::error::{Error, Result};
 
-/// The format version this crate writes and reads.
-pub const FORMAT_VERSION: u32 = 1;
+/// The newest format version this crate writes and reads: 1 for archives of
+/// regular files, 2 once an archive holds links or directories (`kind.rs`).
+pub const FORMAT_VERSION: u32 = 2;
 /// Schema-metadata key carrying the format version in every Arrow section.
 pub const VERSION_KEY: &str = "znippy_format_version";
 /// Most rows in one Arrow record batch of any section (FORMAT.md).
@@ -109,13 +110,13 @@ pub(crate) fn check_version(md: &HashMap<String, String>, what: &str) -> Result<
         .ok_or_else(|| Error::corrupt(format!("{what} has no {VERSION_KEY}")))?;
     let major = found.split('.').next().and_then(|m| m.parse::<u32>().ok());
     match major {
-        Some(FORMAT_VERSION) => Ok(()),
+        Some(1..=FORMAT_VERSION) => Ok(()),
         Some(m) if m > FORMAT_VERSION => Err(Error::UnsupportedVersion {
             found: found.clone(),
             supported: FORMAT_VERSION,
         }),
         _ => Err(Error::corrupt(format!(
-            "{what} has format version {found:?}, expected {FORMAT_VERSION}"
+            "{what} has format version {found:?}, expected 1 to {FORMAT_VERSION}"
         ))),
     }
 }

@@ -10,6 +10,7 @@ use std::io::Write;
 
 use crate::error::{Error, Result};
 use crate::ipc::{self, Body};
+use crate::kind;
 use crate::manifest::{self, SectionEntry};
 use crate::meta::Metadata;
 use crate::path;
@@ -53,6 +54,7 @@ pub struct TailInfo {
 /// Writes the tail of an archive to `out`, which is positioned at `tail.blob_end`.
 pub fn write_tail(out: &mut dyn Write, tail: Tail<'_>) -> Result<TailInfo> {
     check_rows(&tail)?;
+    let version = kind::version_for(tail.rows.iter().map(|r| r.mode));
     let mut w = Aligned {
         out,
         pos: tail.blob_end,
@@ -65,6 +67,7 @@ pub fn write_tail(out: &mut dyn Write, tail: Tail<'_>) -> Result<TailInfo> {
         &row::to_batch(tail.rows.iter())?,
         Body::Zstd,
         BATCH_ROWS,
+        version,
     )?;
     sections.push(w.section(
         schema::DEFAULT_PKG_TYPE,
@@ -83,6 +86,7 @@ pub fn write_tail(out: &mut dyn Write, tail: Tail<'_>) -> Result<TailInfo> {
         &row::to_batch(sorted.iter().copied())?,
         Body::Plain,
         LOOKUP_BATCH_ROWS,
+        version,
     )?;
     sections.push(w.reserved(schema::LOOKUP, &lookup, sorted.len() as u64)?);
 
@@ -96,7 +100,13 @@ pub fn write_tail(out: &mut dyn Write, tail: Tail<'_>) -> Result<TailInfo> {
     sections.push(w.reserved(schema::TRIE, &trie, firsts.len() as u64)?);
 
     if let Metadata::Present(table) = tail.meta {
-        let meta = ipc::encode(&meta_schema(), &table.to_batch()?, Body::Plain, BATCH_ROWS)?;
+        let meta = ipc::encode(
+            &meta_schema(),
+            &table.to_batch()?,
+            Body::Plain,
+            BATCH_ROWS,
+            version,
+        )?;
         sections.push(w.reserved(schema::META, &meta, table.len() as u64)?);
     }
 
@@ -107,7 +117,7 @@ pub fn write_tail(out: &mut dyn Write, tail: Tail<'_>) -> Result<TailInfo> {
         manifest::KEY_BLOB_END.into(),
         format!("{:020}", tail.blob_end),
     );
-    let manifest = manifest::encode(&sections, md)?;
+    let manifest = manifest::encode(&sections, md, version)?;
     w.pad()?;
     let manifest_offset = w.pos;
     w.write(&manifest)?;

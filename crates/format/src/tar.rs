@@ -1,20 +1,32 @@
-//! A tar stream as a batch: each regular file one [`InputFile`], in the
-//! stream's order, its bytes read straight from the stream.
+//! A tar stream as a batch: each entry one [`InputFile`], in the stream's
+//! order, a file's bytes read straight from the stream.
 //!
-//! Reads ustar, GNU (long names) and pax (`path`, `size`) headers. The engine
-//! reads each file to its end before it asks for the next, so one pass over the
-//! stream suffices and nothing is buffered but one 512-byte header and at most
-//! one extension header ([`MAX_TAR_EXTENSION`]). Directories and global pax
-//! headers are skipped; any other entry type (links, devices, FIFOs) is refused
-//! with an error naming it. The HTTP service's tar uploads and the CLI's
-//! `compress --tar` / `append --tar` read through this one reader, so a tar
-//! stream gives the same archive bytes on either path.
+//! Reads ustar, GNU (long names and link names) and pax (`path`, `linkpath`,
+//! `size`) headers. The engine reads each file to its end before it asks for
+//! the next, so one pass over the stream suffices and nothing is buffered but
+//! one 512-byte header and at most one extension header
+//! ([`MAX_TAR_EXTENSION`]). Entries become what `compress` makes of a tree:
+//!
+//! * a regular file, with the header's permission bits;
+//! * a symbolic link, its target as written;
+//! * a hard link, a copy of the file it names (which must come earlier in the
+//!   stream): its slices point at that file's, no byte is read twice;
+//! * a directory that holds no other entry of the stream, after every other
+//!   entry, in stream order (one that holds entries comes back as their
+//!   parent); global pax headers are skipped;
+//! * devices and FIFOs are refused with an error naming the entry.
+//!
+//! The HTTP service's tar uploads and the CLI's `compress --tar` /
+//! `append --tar` read through this one reader, so a tar stream gives the same
+//! archive bytes on either path.
 
+use std::collections::HashSet;
 use std::io::{self, Read};
 use std::sync::{Arc, Mutex};
 
 use crate::engine::{InputFile, Source};
 use crate::error::{Error, Result};
+use crate::kind::Kind;
 
 /// Largest pax header or GNU long name read from a tar stream.
 pub const MAX_TAR_EXTENSION: u64 = 64 << 10;
@@ -23,6 +35,12 @@ pub const MAX_TAR_EXTENSION: u64 = 64 << 10;
 pub struct TarEntries {
     shared: Arc<Mutex<TarStream>>,
     done: bool,
+    /// Directories seen, with their permission bits, in stream order.
+    dirs: Vec<(String, u32)>,
+    /// Every directory some entry lies in.
+    parents: HashSet<String>,
+    /// Once the stream has ended: the empty directories still to hand out.
+    empty: Option<std::vec::IntoIter<(String, u32)>>,
 }
 
 struct TarStream {
@@ -85,6 +103,17 @@ fn read_extension(src: &mut dyn Read, size: u64) -> Result<Vec<u8>> {
     Ok(data)
 }
 
+/// Notes that the directories above `path` hold an entry.
+fn note_parents(parents: &mut HashSet<String>, path: &str) {
+    let mut p = path;
+    while let Some((parent, _)) = p.rsplit_once('/') {
+        if !parents.insert(parent.to_string()) {
+            break;
+        }
+        p = parent;
+    }
+}
+
 fn padding(size: u64) -> u64 {
     (512 - size % 512) % 512
 }
@@ -116,12 +145,15 @@ impl TarEntries {
                 pad: 0,
             })),
             done: false,
+            dirs: Vec::new(),
+            parents: HashSet::new(),
+            empty: None,
         }
     }
 
     fn next_entry(&mut self) -> Result<Option<InputFile>> {
-        let mut s = self
-            .shared
+        let (shared, dirs, parents) = (&self.shared, &mut self.dirs, &mut self.parents);
+        let mut s = shared
             .lock()
             .map_err(|_| tar_error("tar reader poisoned"))?;
         let rest = s.left + s.pad;
@@ -129,7 +161,9 @@ impl TarEntries {
         s.left = 0;
         s.pad = 0;
         let mut long_name: Option<Vec<u8>> = None;
+        let mut long_link: Option<Vec<u8>> = None;
         let mut pax_path: Option<Vec<u8>> = None;
+        let mut pax_link: Option<Vec<u8>> = None;
         let mut pax_size: Option<u64> = None;
         loop {
             let mut block = [0u8; 512];
@@ -157,12 +191,15 @@ impl TarEntries {
                     .map_err(|e| tar_error(format!("entry size: {e}")))?,
             };
             let kind = header.entry_type();
-            if kind.is_gnu_longname() {
+            if kind.is_gnu_longname() || kind.is_gnu_longlink() {
                 let mut name = read_extension(&mut s.src, size)?;
                 while name.last() == Some(&0) {
                     name.pop();
                 }
-                long_name = Some(name);
+                match kind.is_gnu_longname() {
+                    true => long_name = Some(name),
+                    false => long_link = Some(name),
+                }
                 continue;
             }
             if kind.is_pax_local_extensions() {
@@ -171,6 +208,7 @@ impl TarEntries {
                     let ext = ext.map_err(|e| tar_error(format!("pax header: {e}")))?;
                     match ext.key() {
                         Ok("path") => pax_path = Some(ext.value_bytes().to_vec()),
+                        Ok("linkpath") => pax_link = Some(ext.value_bytes().to_vec()),
                         Ok("size") => {
                             let v = ext.value().ok().and_then(|v| v.parse().ok());
                             pax_size =
@@ -191,29 +229,79 @@ impl TarEntries {
             while let Some(rest) = path.strip_prefix("./") {
                 path = rest;
             }
+            let path = path.trim_end_matches('/').to_string();
+            let perms = header.mode().ok().map_or(0o644, |m| m & 0o7777);
             if kind.is_pax_global_extensions() || kind.is_dir() {
                 skip(&mut s.src, size + padding(size))
                     .map_err(|e| tar_error(format!("skipping {name}: {e}")))?;
+                if kind.is_dir() && !path.is_empty() {
+                    note_parents(parents, &path);
+                    dirs.push((path, perms));
+                }
                 continue;
             }
-            if !(kind.is_file() || kind.is_contiguous()) {
+            let link = || -> Result<Vec<u8>> {
+                pax_link
+                    .clone()
+                    .or(long_link.clone())
+                    .or_else(|| header.link_name_bytes().map(|l| l.into_owned()))
+                    .ok_or_else(|| tar_error(format!("{name}: a link with no target")))
+            };
+            let (mode, source) = if kind.is_symlink() {
+                let target = Source::Reader(Box::new(io::Cursor::new(link()?)));
+                (Kind::Symlink.mode(0o777), target)
+            } else if kind.is_hard_link() {
+                let to = String::from_utf8(link()?)
+                    .map_err(|_| tar_error(format!("{name}: a link name that is not UTF-8")))?;
+                let to = to.trim_start_matches("./").to_string();
+                (perms, Source::SameAs(to))
+            } else if kind.is_file() || kind.is_contiguous() {
+                s.left = size;
+                s.pad = padding(size);
+                (
+                    perms,
+                    Source::Reader(Box::new(TarEntry(Arc::clone(shared)))),
+                )
+            } else {
                 return Err(Error::Input {
                     path: name.clone(),
                     reason: format!(
-                        "tar entry of type {:?}: only regular files are stored",
+                        "tar entry of type {:?}: devices and FIFOs are not archived",
                         kind.as_byte() as char
                     ),
                 });
+            };
+            if !kind.is_file() && !kind.is_contiguous() {
+                // Links carry no data, but a writer may pad a size anyway.
+                s.left = 0;
+                s.pad = size + padding(size);
             }
-            let mode = header.mode().ok().map(|m| m & 0o7777);
-            s.left = size;
-            s.pad = padding(size);
+            note_parents(parents, &path);
             return Ok(Some(InputFile {
-                path: path.to_string(),
-                mode,
-                source: Source::Reader(Box::new(TarEntry(Arc::clone(&self.shared)))),
+                path,
+                mode: Some(mode),
+                source,
             }));
         }
+    }
+
+    /// The directories of the stream that hold no entry, once it has ended.
+    fn next_empty_dir(&mut self) -> Option<InputFile> {
+        let parents = &self.parents;
+        let dirs = &mut self.dirs;
+        let empty = self.empty.get_or_insert_with(|| {
+            let mut seen = HashSet::new();
+            std::mem::take(dirs)
+                .into_iter()
+                .filter(|(p, _)| !parents.contains(p) && seen.insert(p.clone()))
+                .collect::<Vec<_>>()
+                .into_iter()
+        });
+        empty.next().map(|(path, perms)| InputFile {
+            path,
+            mode: Some(Kind::Dir.mode(perms)),
+            source: Source::Reader(Box::new(io::empty())),
+        })
     }
 }
 
@@ -222,10 +310,20 @@ impl Iterator for TarEntries {
 
     fn next(&mut self) -> Option<Self::Item> {
         if self.done {
-            return None;
+            return self.next_empty_dir().map(Ok);
         }
-        let next = self.next_entry();
-        self.done = !matches!(next, Ok(Some(_)));
-        next.transpose()
+        match self.next_entry() {
+            Ok(Some(f)) => Some(Ok(f)),
+            Ok(None) => {
+                self.done = true;
+                self.next_empty_dir().map(Ok)
+            }
+            Err(e) => {
+                // An error ends the batch: nothing more, not even directories.
+                self.done = true;
+                self.empty = Some(Vec::new().into_iter());
+                Some(Err(e))
+            }
+        }
     }
 }

@@ -9,10 +9,12 @@ use std::path::Path;
 
 use common::*;
 use sha2::{Digest, Sha256};
-use znippy_format::{compress, extract_all, scan_dir, Archive, ArchiveProps, Metadata};
+use znippy_format::{
+    compress, extract_all, scan_dir, Archive, ArchiveProps, Metadata, ScanOptions,
+};
 
 fn compress_dir(dir: &Path, out: &Path, props: ArchiveProps, threads: usize) {
-    let files = scan_dir(dir).unwrap();
+    let files = scan_dir(dir, ScanOptions::default()).unwrap().files;
     let mut f = std::io::BufWriter::new(File::create(out).unwrap());
     let inputs = files.iter().map(|f| Ok(f.input()));
     compress(
@@ -27,8 +29,8 @@ fn compress_dir(dir: &Path, out: &Path, props: ArchiveProps, threads: usize) {
 }
 
 fn assert_same_tree(a: &Path, b: &Path) {
-    let fa = scan_dir(a).unwrap();
-    let fb = scan_dir(b).unwrap();
+    let fa = scan_dir(a, ScanOptions::default()).unwrap().files;
+    let fb = scan_dir(b, ScanOptions::default()).unwrap().files;
     assert_eq!(fa.len(), fb.len(), "file count");
     for (x, y) in fa.iter().zip(&fb) {
         assert_eq!(x.path, y.path);
@@ -134,17 +136,24 @@ fn already_compressed_names_and_incompressible_data_are_stored_raw() {
 }
 
 #[test]
-fn empty_directory_gives_an_empty_archive() {
+fn empty_directories_are_entries_and_an_empty_tree_an_empty_archive() {
     let tmp = tempfile::tempdir().unwrap();
     let src = tmp.path().join("src");
     std::fs::create_dir_all(src.join("nested/empty")).unwrap();
     let arc = tmp.path().join("a.znippy");
     compress_dir(&src, &arc, ArchiveProps::default(), 2);
     let a = Archive::open(File::open(&arc).unwrap()).unwrap();
-    assert_eq!(a.row_count(), 0);
-    assert!(a.list("").unwrap().is_empty());
-    assert_eq!(a.verify(1).unwrap(), 0);
+    assert_eq!(a.list("").unwrap(), ["nested/empty"], "only the innermost");
+    assert_eq!(a.verify(1).unwrap(), 1);
     let out = tmp.path().join("out");
+    assert_eq!(extract_all(&a, &out, 2, &|_| {}).unwrap().files, 1);
+    assert!(out.join("nested/empty").is_dir());
+
+    std::fs::remove_dir_all(src.join("nested")).unwrap();
+    compress_dir(&src, &arc, ArchiveProps::default(), 2);
+    let a = Archive::open(File::open(&arc).unwrap()).unwrap();
+    assert_eq!(a.row_count(), 0);
+    let out = tmp.path().join("out2");
     assert_eq!(extract_all(&a, &out, 2, &|_| {}).unwrap().files, 0);
     assert!(out.is_dir());
 }

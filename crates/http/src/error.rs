@@ -133,6 +133,12 @@ impl From<StoreError> for ApiError {
     }
 }
 
+impl From<znippy_format::Error> for ApiError {
+    fn from(e: znippy_format::Error) -> Self {
+        format_error(&e)
+    }
+}
+
 impl From<SealError> for ApiError {
     fn from(e: SealError) -> Self {
         match e {

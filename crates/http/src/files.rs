@@ -1,11 +1,12 @@
 //! Files of an archive: list by prefix (paged), read (Range, ETag), delete.
 
 use axum::extract::State;
-use axum::http::{HeaderMap, Method};
+use axum::http::{HeaderMap, HeaderValue, Method};
 use axum::response::Response;
 use axum::Json;
 use serde::Deserialize;
 use serde_json::{json, Value};
+use znippy_format::Kind;
 
 use crate::error::ApiError;
 use crate::extract::{ApiPath, ApiQuery};
@@ -51,8 +52,16 @@ pub(crate) async fn list(
     };
     let files: Vec<Value> = page
         .iter()
-        .map(|e| json!({ "path": e.path, "size": e.size, "mode": e.mode, "slices": e.slices }))
-        .collect();
+        .map(|e| {
+            Ok(json!({
+                "path": e.path,
+                "type": kind_name(e.kind()?),
+                "size": e.size,
+                "mode": e.mode.map(|m| m & 0o7777),
+                "slices": e.slices,
+            }))
+        })
+        .collect::<Result<_, znippy_format::Error>>()?;
     Ok(Json(json!({ "files": files, "next": next })))
 }
 
@@ -63,6 +72,31 @@ pub(crate) async fn get_file(
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
     let file = app.store.open_file(&id, &path).await?;
+    let kind = file.entry().kind()?;
+    if kind != Kind::File {
+        // A link answers with its target in a header, a directory with its
+        // type: neither has a body, and no link is followed.
+        let mut target = Vec::new();
+        if kind == Kind::Symlink {
+            let len = file.entry().size;
+            target = tokio::task::spawn_blocking(move || {
+                let mut t = Vec::new();
+                file.read_range(0..len, &mut t).map(|_| t)
+            })
+            .await
+            .map_err(|e| ApiError::internal(format!("read task: {e}")))??;
+        }
+        let mut resp = Response::new(axum::body::Body::empty());
+        let h = resp.headers_mut();
+        h.insert("x-znippy-type", HeaderValue::from_static(kind_name(kind)));
+        if kind == Kind::Symlink {
+            let encoded = percent_encode(&target);
+            let value = HeaderValue::from_str(&encoded)
+                .map_err(|e| ApiError::internal(format!("link target header: {e}")))?;
+            h.insert("x-znippy-link-target", value);
+        }
+        return Ok(resp);
+    }
     let src = Ranged {
         len: file.entry().size,
         etag: file.etag(),
@@ -78,4 +112,26 @@ pub(crate) async fn delete_file(
 ) -> Result<Json<Value>, ApiError> {
     let snapshot = app.store.delete_file(&id, &path).await?;
     Ok(Json(json!({ "deleted": path, "snapshot_id": snapshot })))
+}
+
+fn kind_name(kind: Kind) -> &'static str {
+    match kind {
+        Kind::File => "file",
+        Kind::Symlink => "symlink",
+        Kind::Dir => "dir",
+    }
+}
+
+/// A link target as a header value: bytes outside printable ASCII, and `%`,
+/// percent-encoded (RFC 3986), so any target survives the trip.
+fn percent_encode(bytes: &[u8]) -> String {
+    let mut out = String::with_capacity(bytes.len());
+    for &b in bytes {
+        if b.is_ascii_graphic() && b != b'%' {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
 }

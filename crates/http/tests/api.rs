@@ -416,3 +416,86 @@ async fn health_metrics_and_openapi() {
     assert!(operations >= 22);
     s.stop().await;
 }
+
+/// A tar upload keeps links and empty directories as entries: a link answers
+/// with its target in a header and no body (nothing is followed), a hard link
+/// is a copy, the listing says what each entry is.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tar_links_and_empty_directories_are_entries() {
+    let s = Server::start(|_| {}).await;
+    let c = client();
+    create(&c, &s, "t", false).await;
+    let mut b = tar::Builder::new(Vec::new());
+    let mut h = tar::Header::new_gnu();
+    h.set_size(5);
+    h.set_mode(0o644);
+    h.set_entry_type(tar::EntryType::Regular);
+    b.append_data(&mut h, "d/real", &b"bytes"[..]).unwrap();
+    for (kind, name, target) in [
+        (tar::EntryType::Symlink, "d/abs", "/etc/pass wd%"),
+        (tar::EntryType::Link, "d/hard", "d/real"),
+    ] {
+        let mut h = tar::Header::new_gnu();
+        h.set_size(0);
+        h.set_entry_type(kind);
+        h.set_mode(0o777);
+        b.append_link(&mut h, name, target).unwrap();
+    }
+    let mut h = tar::Header::new_gnu();
+    h.set_size(0);
+    h.set_mode(0o700);
+    h.set_entry_type(tar::EntryType::Directory);
+    b.append_data(&mut h, "empty/", &b""[..]).unwrap();
+    let r = c
+        .post(s.url("/archives/t/files"))
+        .header("content-type", "application/x-tar")
+        .body(b.into_inner().unwrap())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(json(r, StatusCode::OK).await["files"], 4);
+
+    let r = c
+        .get(s.url("/archives/t/files/d/abs"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::OK);
+    assert_eq!(r.headers()["x-znippy-type"], "symlink");
+    assert_eq!(r.headers()["x-znippy-link-target"], "/etc/pass%20wd%25");
+    assert!(
+        r.bytes().await.unwrap().is_empty(),
+        "no body: nothing followed"
+    );
+    assert_eq!(get(&c, &s, "t", "d/hard").await, b"bytes");
+    let r = c
+        .get(s.url("/archives/t/files/empty"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.headers()["x-znippy-type"], "dir");
+
+    let list = json(
+        c.get(s.url("/archives/t/files")).send().await.unwrap(),
+        StatusCode::OK,
+    )
+    .await;
+    let kinds: Vec<(String, String, u64)> = list["files"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| {
+            let s = |k: &str| f[k].as_str().unwrap().to_string();
+            (s("path"), s("type"), f["mode"].as_u64().unwrap())
+        })
+        .collect();
+    assert_eq!(
+        kinds,
+        [
+            ("d/abs".into(), "symlink".into(), 0o777),
+            ("d/hard".into(), "file".into(), 0o777),
+            ("d/real".into(), "file".into(), 0o644),
+            ("empty".into(), "dir".into(), 0o700),
+        ]
+    );
+}

@@ -6,7 +6,7 @@ use std::path::PathBuf;
 
 use anyhow::{Context, Result};
 use clap::Subcommand;
-use znippy_format::{ArchiveProps, MetaSearch};
+use znippy_format::{ArchiveProps, MetaSearch, ScanOptions};
 use znippy_store::{CreateOptions, Store};
 
 use znippy_cli::{gather, meta_args};
@@ -136,7 +136,11 @@ pub fn run(data: PathBuf, threads: usize, cmd: LiveCmd) -> Result<std::process::
                 meta_archive,
             } => {
                 let set = meta_args::table(&meta, &meta_archive)?;
-                let files = gather(&inputs)?.iter().map(|f| f.input()).collect();
+                let scan = gather(&inputs, ScanOptions::default())?;
+                for s in &scan.skipped {
+                    eprintln!("znippy: skipped {}: {}", s.disk_path.display(), s.reason);
+                }
+                let files = scan.files.iter().map(|f| f.input()).collect();
                 let r = store.append(&id, files, set).await?;
                 writeln!(
                     out,

@@ -1,0 +1,370 @@
+//! Real trees: symbolic links (relative, absolute, dangling, to directories),
+//! empty directories, hard links and special files are archived the way tar
+//! archives them, and extraction of a hostile archive never writes outside its
+//! target or through a link.
+
+mod common;
+
+use std::fs::{self, File};
+use std::os::unix::fs::{symlink, PermissionsExt};
+use std::path::Path;
+use std::process::Command;
+
+use common::*;
+use znippy_format::{
+    append, compress, extract_all, scan_dir, Archive, Error, InputFile, Kind, MetaUpdate, Metadata,
+    ScanOptions, ScannedFile, S_IFLNK,
+};
+
+fn compress_tree(dir: &Path, out: &Path, opts: ScanOptions) -> znippy_format::Result<()> {
+    let scan = scan_dir(dir, opts)?;
+    let mut f = std::io::BufWriter::new(File::create(out).unwrap());
+    let inputs = scan.files.iter().map(|f| Ok(f.input()));
+    compress(
+        &mut f,
+        [inputs],
+        small_props(),
+        2,
+        &Metadata::Absent,
+        &mut |_| {},
+    )?;
+    Ok(())
+}
+
+/// Entry by entry, as `tar --compare` checks: path, kind, mode, link target,
+/// and the bytes of regular files.
+fn assert_same_tree(a: &Path, b: &Path) {
+    let scan =
+        |p: &Path| -> Vec<ScannedFile> { scan_dir(p, ScanOptions::default()).unwrap().files };
+    let (fa, fb) = (scan(a), scan(b));
+    let names = |v: &[ScannedFile]| v.iter().map(|f| f.path.clone()).collect::<Vec<_>>();
+    assert_eq!(names(&fa), names(&fb), "the same entries");
+    for (x, y) in fa.iter().zip(&fb) {
+        assert_eq!(x.kind(), y.kind(), "kind of {}", x.path);
+        assert_eq!(x.mode, y.mode, "mode of {}", x.path);
+        assert_eq!(x.target, y.target, "target of {}", x.path);
+        if x.kind() == Kind::File {
+            assert!(
+                fs::read(&x.disk_path).unwrap() == fs::read(&y.disk_path).unwrap(),
+                "bytes of {}",
+                x.path
+            );
+        }
+    }
+}
+
+/// Every kind of entry a tree holds.
+fn real_tree(root: &Path) {
+    write_tree(
+        root,
+        &[
+            ("src/main.rs".into(), text(1, 5000), 0o644),
+            ("src/big.bin".into(), noise(2, 200_000), 0o755),
+            ("docs/readme".into(), text(3, 900), 0o600),
+        ],
+    );
+    symlink("main.rs", root.join("src/link-to-file")).unwrap();
+    symlink("../docs", root.join("src/link-to-dir")).unwrap();
+    symlink("/etc/hostname", root.join("absolute")).unwrap();
+    symlink("nowhere/at/all", root.join("dangling")).unwrap();
+    fs::create_dir_all(root.join("empty/nested")).unwrap();
+    fs::create_dir(root.join("private")).unwrap();
+    fs::set_permissions(root.join("private"), fs::Permissions::from_mode(0o700)).unwrap();
+    fs::hard_link(root.join("docs/readme"), root.join("docs/hardlink")).unwrap();
+}
+
+fn mkfifo(p: &Path) {
+    assert!(Command::new("mkfifo").arg(p).status().unwrap().success());
+}
+
+#[test]
+fn a_real_tree_round_trips_entry_by_entry() {
+    let tmp = tempfile::tempdir().unwrap();
+    let src = tmp.path().join("src");
+    real_tree(&src);
+    mkfifo(&src.join("pipe"));
+    let arc = tmp.path().join("a.znippy");
+    let scan = scan_dir(&src, ScanOptions::default()).unwrap();
+    assert_eq!(scan.skipped.len(), 1, "the FIFO is skipped and reported");
+    assert!(scan.skipped[0].reason.contains("FIFO"));
+    compress_tree(&src, &arc, ScanOptions::default()).unwrap();
+
+    let a = Archive::open(File::open(&arc).unwrap()).unwrap();
+    a.verify(2).unwrap();
+    let mut target = Vec::new();
+    let e = a.read_entry("dangling", &mut target).unwrap();
+    assert_eq!(
+        (e.kind().unwrap(), &target[..]),
+        (Kind::Symlink, &b"nowhere/at/all"[..])
+    );
+    assert!(
+        a.contains("empty/nested").unwrap(),
+        "an empty directory is an entry"
+    );
+    assert!(
+        !a.contains("empty").unwrap(),
+        "a directory with entries is not"
+    );
+
+    let out = tmp.path().join("out");
+    extract_all(&a, &out, 2, &|_| {}).unwrap();
+    fs::remove_file(src.join("pipe")).unwrap();
+    assert_same_tree(&src, &out);
+    assert_eq!(
+        fs::metadata(out.join("private"))
+            .unwrap()
+            .permissions()
+            .mode()
+            & 0o7777,
+        0o700
+    );
+    assert_eq!(
+        fs::read_link(out.join("absolute")).unwrap(),
+        Path::new("/etc/hostname")
+    );
+}
+
+#[test]
+fn strict_refuses_special_files_and_dereference_follows_links() {
+    let tmp = tempfile::tempdir().unwrap();
+    let src = tmp.path().join("src");
+    real_tree(&src);
+    mkfifo(&src.join("pipe"));
+    let strict = ScanOptions {
+        strict: true,
+        ..ScanOptions::default()
+    };
+    let err = scan_dir(&src, strict).unwrap_err();
+    assert!(
+        matches!(&err, Error::Input { path, .. } if path.ends_with("pipe")),
+        "{err}"
+    );
+    fs::remove_file(src.join("pipe")).unwrap();
+
+    let follow = ScanOptions {
+        dereference: true,
+        ..ScanOptions::default()
+    };
+    let err = scan_dir(&src, follow).unwrap_err();
+    assert!(
+        matches!(&err, Error::Input { path, .. } if path.ends_with("dangling")),
+        "{err}"
+    );
+    fs::remove_file(src.join("dangling")).unwrap();
+    fs::remove_file(src.join("absolute")).unwrap();
+    let files = scan_dir(&src, follow).unwrap().files;
+    let link = files.iter().find(|f| f.path == "src/link-to-file").unwrap();
+    assert_eq!(
+        (link.kind(), link.size),
+        (Kind::File, 5000),
+        "stored as its target's bytes"
+    );
+    assert!(
+        files.iter().any(|f| f.path == "src/link-to-dir/readme"),
+        "a linked directory is walked"
+    );
+
+    symlink("..", src.join("docs/up")).unwrap();
+    let err = scan_dir(&src, follow).unwrap_err();
+    assert!(
+        matches!(&err, Error::Input { reason, .. } if reason.contains("loop")),
+        "{err}"
+    );
+}
+
+fn file(path: &str, bytes: &[u8], mode: u32) -> znippy_format::Result<InputFile> {
+    Ok(InputFile::from_bytes(path, bytes.to_vec(), Some(mode)))
+}
+
+fn archive(batches: Vec<Vec<znippy_format::Result<InputFile>>>) -> Vec<u8> {
+    let mut out = Vec::new();
+    compress(
+        &mut out,
+        batches,
+        small_props(),
+        1,
+        &Metadata::Absent,
+        &mut |_| {},
+    )
+    .unwrap();
+    out
+}
+
+/// Every file below `dir`, links not followed.
+fn everything(dir: &Path) -> Vec<String> {
+    let mut out = Vec::new();
+    for e in fs::read_dir(dir).unwrap() {
+        let p = e.unwrap().path();
+        out.push(p.display().to_string());
+        if fs::symlink_metadata(&p).unwrap().is_dir() {
+            out.extend(everything(&p));
+        }
+    }
+    out
+}
+
+#[test]
+fn hostile_archives_never_write_outside_or_through_a_link() {
+    let tmp = tempfile::tempdir().unwrap();
+    let outside = tmp.path().join("outside");
+    fs::create_dir(&outside).unwrap();
+    let link = S_IFLNK | 0o777;
+    let cases: Vec<(&str, Vec<u8>)> = vec![
+        (
+            "a link, then an entry through it",
+            archive(vec![vec![
+                file("a", outside.to_str().unwrap().as_bytes(), link),
+                file("a/x", b"pwned", 0o644),
+            ]]),
+        ),
+        (
+            "a relative link up and out, then an entry through it",
+            archive(vec![vec![
+                file("up", b"../..", link),
+                file("up/outside/y", b"pwned", 0o644),
+            ]]),
+        ),
+        (
+            "a file, then an entry below it",
+            archive(vec![
+                vec![file("f", b"x", 0o644)],
+                vec![file("f/y", b"pwned", 0o644)],
+            ]),
+        ),
+    ];
+    for (name, bytes) in cases {
+        let a = Archive::open(bytes).unwrap();
+        let out = tmp.path().join("out");
+        let err = extract_all(&a, &out, 2, &|_| {}).unwrap_err();
+        assert!(matches!(err, Error::Corrupt(_)), "{name}: {err}");
+        assert_eq!(
+            everything(&outside),
+            Vec::<String>::new(),
+            "{name}: nothing outside"
+        );
+        let _ = fs::remove_dir_all(&out);
+    }
+
+    // A link whose target leaves the output is made as a link, and nothing
+    // is written through it: links come last.
+    let a = Archive::open(archive(vec![vec![
+        file("esc", b"../outside", link),
+        file("z", b"fine", 0o644),
+    ]]))
+    .unwrap();
+    let out = tmp.path().join("out");
+    extract_all(&a, &out, 2, &|_| {}).unwrap();
+    assert_eq!(
+        fs::read_link(out.join("esc")).unwrap(),
+        Path::new("../outside")
+    );
+    assert_eq!(everything(&outside), Vec::<String>::new());
+    fs::remove_dir_all(&out).unwrap();
+
+    // A link already on disk where the archive has a directory is not followed.
+    fs::create_dir(&out).unwrap();
+    symlink(&outside, out.join("sub")).unwrap();
+    let a = Archive::open(archive(vec![vec![file("sub/file", b"pwned", 0o644)]])).unwrap();
+    let err = extract_all(&a, &out, 2, &|_| {}).unwrap_err();
+    assert!(err.to_string().contains("not followed"), "{err}");
+    assert_eq!(everything(&outside), Vec::<String>::new());
+}
+
+#[test]
+fn an_archive_with_links_is_version_2_and_plain_files_stay_version_1() {
+    let version = |bytes: &[u8]| {
+        let a = Archive::open(bytes.to_vec()).unwrap();
+        let mut v = None;
+        for s in a
+            .sections()
+            .iter()
+            .filter(|s| s.module_name != znippy_format::TRIE)
+        {
+            let sec = &bytes[s.index_offset as usize..(s.index_offset + s.index_len) as usize];
+            let r =
+                arrow_ipc::reader::FileReader::try_new(std::io::Cursor::new(sec), None).unwrap();
+            let found = r.schema().metadata().get("znippy_format_version").cloned();
+            assert!(v.is_none() || v == found, "every section has one version");
+            v = found;
+        }
+        v.unwrap()
+    };
+    let plain = archive(vec![vec![file("a", b"x", 0o644)]]);
+    assert_eq!(version(&plain), "1");
+    let linked = archive(vec![vec![
+        file("a", b"x", 0o644),
+        file("l", b"a", S_IFLNK | 0o777),
+    ]]);
+    assert_eq!(version(&linked), "2");
+    // A link appended to a version-1 archive makes it version 2.
+    let tmp = tempfile::tempdir().unwrap();
+    let p = tmp.path().join("a.znippy");
+    fs::write(&p, &plain).unwrap();
+    append(
+        &p,
+        [file("l", b"a", S_IFLNK | 0o777)],
+        MetaUpdate::default(),
+        1,
+        &mut |_| {},
+    )
+    .unwrap();
+    assert_eq!(version(&fs::read(&p).unwrap()), "2");
+}
+
+#[test]
+fn bad_link_and_directory_entries_are_refused_by_name() {
+    for (path, bytes, mode) in [
+        ("l", &b""[..], S_IFLNK | 0o777),
+        ("l", &b"a\0b"[..], S_IFLNK | 0o777),
+        ("d", &b"content"[..], znippy_format::S_IFDIR | 0o755),
+        ("dev", &b""[..], 0o020_644),
+    ] {
+        let mut out = Vec::new();
+        let err = compress(
+            &mut out,
+            [vec![file(path, bytes, mode)]],
+            small_props(),
+            1,
+            &Metadata::Absent,
+            &mut |_| {},
+        )
+        .unwrap_err();
+        assert!(
+            matches!(&err, Error::Input { path: p, .. } if p == path),
+            "{err}"
+        );
+    }
+}
+
+/// The system's documentation tree (77 links on Debian, many dangling or
+/// absolute) round-trips as `tar -cf - | tar -xf -` copies it.
+#[test]
+fn usr_share_doc_round_trips_like_tar() {
+    let doc = Path::new("/usr/share/doc");
+    if !doc.is_dir() {
+        eprintln!("skipped: {} does not exist here", doc.display());
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let arc = tmp.path().join("doc.znippy");
+    let opts = ScanOptions {
+        skip_unreadable: true,
+        ..ScanOptions::default()
+    };
+    compress_tree(doc, &arc, opts).unwrap();
+    let a = Archive::open(File::open(&arc).unwrap()).unwrap();
+    let ours = tmp.path().join("ours");
+    extract_all(&a, &ours, 2, &|_| {}).unwrap();
+    let theirs = tmp.path().join("theirs");
+    fs::create_dir(&theirs).unwrap();
+    let st = Command::new("sh")
+        .arg("-c")
+        .arg(format!(
+            "tar -C /usr/share -cf - doc | tar -C {} -xpf -",
+            theirs.display()
+        ))
+        .status()
+        .unwrap();
+    assert!(st.success());
+    assert_same_tree(&theirs.join("doc"), &ours);
+}
