@@ -24,7 +24,9 @@ FOOTER_LEN = 16
 LOOKUP = "__znippy_lookup__"
 META = "__znippy_meta__"
 TRIE = "__znippy_trie__"  # fst bytes, not Arrow
-SUPPORTED_MAJOR = 1
+# Version 2 archives may hold links and directories: file-type bits in `mode`
+# (docs/format.md, 5.3). Both read the same way here.
+SUPPORTED_MAJOR = 2
 META_TYPES = {0: "str", 1: "i64", 2: "f64", 3: "bool", 4: "bytes"}
 
 

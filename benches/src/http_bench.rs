@@ -5,7 +5,7 @@
 //! multipart batches), large-file MB/s next to `znippy compress` of the same
 //! bytes, GET latency percentiles for random files of a live archive with
 //! 100,000 files and of the same archive sealed, and the server's peak RSS
-//! across a 4 GiB upload (law 4).
+//! across a 4 GiB upload (memory is bounded by the engine's buffers, not the upload).
 //! The server is the release `znippy` next to this binary (or `ZNIPPY_BIN`),
 //! run as its own process so its memory is its own. `BENCH_QUICK=1` shrinks
 //! every size for a smoke run; `BENCH_ONLY=get,rss` runs only those parts

@@ -35,7 +35,7 @@ pub enum Error {
     /// A checksum did not match: the bytes on disk are not the bytes written.
     #[error("checksum mismatch in {0}: the archive is damaged")]
     Checksum(String),
-    /// A path that the format does not allow (see FORMAT.md, "Paths").
+    /// A path that the format does not allow (docs/format.md, section 7).
     #[error("invalid path {path:?}: {reason}")]
     InvalidPath {
         /// The offending path, lossily converted for display.

@@ -12,7 +12,7 @@ use crate::error::{Error, Result};
 pub const FORMAT_VERSION: u32 = 2;
 /// Schema-metadata key carrying the format version in every Arrow section.
 pub const VERSION_KEY: &str = "znippy_format_version";
-/// Most rows in one Arrow record batch of any section (FORMAT.md).
+/// Most rows in one Arrow record batch of any section (docs/format.md, section 4).
 pub const BATCH_ROWS: usize = 65_536;
 /// Schema-metadata key giving a section's batch size: all its batches but the
 /// last hold exactly that many rows, so row `r` lives in batch `r / batch_rows`.

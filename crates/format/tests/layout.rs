@@ -1,5 +1,5 @@
-//! The engine's layout against FORMAT.md's rules ("Blobs, chunks and pack
-//! blocks"), re-derived here one file at a time with no threads.
+//! The engine's layout against docs/format.md's rules (section 3, "Blobs and
+//! slices"), re-derived here one file at a time with no threads.
 
 mod common;
 
@@ -11,7 +11,7 @@ use znippy_format::{ArchiveProps, Engine, InputFile};
 const CHUNK: usize = 8 << 10;
 const THRESHOLD: usize = 2 << 10;
 
-/// FORMAT.md's layout rules, one file at a time: (path, fdata_offset, size,
+/// docs/format.md's layout rules, one file at a time: (path, fdata_offset, size,
 /// blob number, inner offset) for every slice.
 fn expected(files: &[(&str, Vec<u8>)]) -> Vec<(String, u64, u64, usize, u64)> {
     let mut seen: HashMap<[u8; 32], (usize, u64)> = HashMap::new();

@@ -1,11 +1,11 @@
 //! One live archive: its derived in-memory state and its append protocol.
 //!
-//! The Iceberg tables are the truth (law 1). Everything in [`LiveArchive`] is
+//! The Iceberg tables are the one source of truth. Everything in [`LiveArchive`] is
 //! derived from them when the archive opens and updated after each commit: the
 //! lookup of live files (latest append wins, a tombstone deletes), the metadata
 //! table, the committed blob end and the engine's dedupe map.
 //!
-//! An append, in order (law 6, acknowledged means durable):
+//! An append, in order (acknowledged means durable):
 //! 1. the engine writes the batch's blobs at the committed blob end; fsync;
 //! 2. the `files` rows (and `meta` rows) go to new parquet files; fsync;
 //! 3. one `files` snapshot commits, its summary holding the new blob end, the
