@@ -43,7 +43,7 @@ pub struct RepackStats {
     pub blob_end: u64,
 }
 
-/// One slice of a planned blob, and where its bytes are in the old region.
+/// One slice of a blob's decoded content: where it lies, its size and blake3.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 struct Member {
     inner: u64,
@@ -59,7 +59,8 @@ struct Planned {
     try_compress: bool,
 }
 
-/// An old blob's content, from every committed row that points into it.
+/// A blob of the old region, and whether it was handed to the codec when
+/// written (any of its files not of a stored-as-is type).
 #[derive(Debug)]
 struct OldBlob {
     loc: BlobLoc,
@@ -89,6 +90,9 @@ pub fn repack(
         out,
         stats: RepackStats::default(),
         decoded: None,
+        frame: Vec::new(),
+        unzstd: zstd::bulk::Decompressor::new()
+            .map_err(|e| Error::io("starting the decompressor", e))?,
         input: Vec::new(),
         output: vec![0u8; props.chunk_size as usize],
         zstd: zstd::bulk::Compressor::new(props.level)
@@ -261,6 +265,9 @@ struct Writer<'a> {
     /// The last old blob decoded whole: a rebuilt pack's members mostly come
     /// from one or two old packs, in order.
     decoded: Option<(BlobLoc, Vec<u8>)>,
+    /// A compressed old blob, read to be decoded.
+    frame: Vec<u8>,
+    unzstd: zstd::bulk::Decompressor<'static>,
     input: Vec<u8>,
     output: Vec<u8>,
     zstd: zstd::bulk::Compressor<'static>,
@@ -372,11 +379,19 @@ impl Writer<'_> {
             // Bounds the read below by what a chunk can compress to.
             region.check(row)?;
             let (_, mut buf) = self.decoded.take().unwrap_or((loc, Vec::new()));
-            buf.resize(loc.size as usize, 0);
-            read_at(self.src, &mut buf, loc.offset, "blob")?;
+            let raw = if loc.compressed {
+                &mut self.frame
+            } else {
+                &mut buf
+            };
+            raw.resize(loc.size as usize, 0);
+            read_at(self.src, raw, loc.offset, "blob")?;
             if loc.compressed {
-                buf = zstd::bulk::Decompressor::new()
-                    .and_then(|mut d| d.decompress(&buf, self.props.chunk_size as usize))
+                // The buffer's capacity bounds what a crafted frame may decode to.
+                buf.clear();
+                buf.reserve_exact(self.props.chunk_size as usize);
+                self.unzstd
+                    .decompress_to_buffer(&self.frame, &mut buf)
                     .map_err(|e| Error::corrupt(format!("blob at {}: {e}", loc.offset)))?;
             }
             self.decoded = Some((loc, buf));

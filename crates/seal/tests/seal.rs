@@ -5,6 +5,8 @@ mod common;
 
 use std::path::Path;
 
+use common::text;
+
 use sha2::{Digest, Sha256};
 use znippy_format::{compress, Archive, ArchiveProps, InputFile, MetaTable, MetaValue, Metadata};
 use znippy_seal::seal;
@@ -16,22 +18,6 @@ fn props() -> ArchiveProps {
         pack_threshold: 16 << 10,
         level: 3,
     }
-}
-
-fn bytes(seed: u64, len: usize) -> Vec<u8> {
-    let mut x = seed | 1;
-    (0..len)
-        .map(|i| {
-            x = x
-                .wrapping_mul(6364136223846793005)
-                .wrapping_add(1442695040888963407);
-            if i % 3 == 0 {
-                b'a' + (x >> 61) as u8
-            } else {
-                (x >> 33) as u8
-            }
-        })
-        .collect()
 }
 
 type Batch = Vec<(&'static str, Vec<u8>)>;
@@ -58,11 +44,11 @@ fn sha(p: &Path) -> Vec<u8> {
 
 fn batch_a() -> Batch {
     vec![
-        ("big1", bytes(1, 200_000)),
-        ("big2", bytes(2, 150_000)),
-        ("small/x", bytes(3, 3000)),
-        ("small/y", bytes(4, 5000)),
-        ("same", bytes(3, 3000)),
+        ("big1", text(1, 200_000)),
+        ("big2", text(2, 150_000)),
+        ("small/x", text(3, 3000)),
+        ("small/y", text(4, 5000)),
+        ("same", text(3, 3000)),
     ]
 }
 
@@ -70,8 +56,8 @@ fn batch_a() -> Batch {
 async fn in_place_seal_equals_one_shot_compress() {
     let tmp = tempfile::tempdir().unwrap();
     let b: Batch = vec![
-        ("c/new", bytes(5, 90_000)),
-        ("dup-of-big1", bytes(1, 200_000)),
+        ("c/new", text(5, 90_000)),
+        ("dup-of-big1", text(1, 200_000)),
     ];
     let mut meta = MetaTable::new();
     meta.set(Some("big1"), "lic", MetaValue::infer("MIT"))
@@ -108,7 +94,7 @@ async fn in_place_seal_equals_one_shot_compress() {
     assert_eq!(a.verify(2).unwrap(), a.row_count());
     let mut got = Vec::new();
     a.read_file("dup-of-big1", &mut got).unwrap();
-    assert_eq!(got, bytes(1, 200_000));
+    assert_eq!(got, text(1, 200_000));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -126,7 +112,7 @@ async fn repacked_seal_after_replace_and_delete_equals_one_shot_of_the_live_file
         .await
         .unwrap();
     store.append("a", inputs(&batch_a()), None).await.unwrap();
-    let b: Batch = vec![("big1", bytes(9, 120_000)), ("z", bytes(8, 70_000))];
+    let b: Batch = vec![("big1", text(9, 120_000)), ("z", text(8, 70_000))];
     store.append("a", inputs(&b), None).await.unwrap();
     store.delete_file("a", "big2").await.unwrap();
     let r = seal(&store, "a").await.unwrap();
@@ -147,11 +133,7 @@ async fn repacked_seal_after_replace_and_delete_equals_one_shot_of_the_live_file
     );
     let mut got = Vec::new();
     store.read_file("a", "big1", &mut got).await.unwrap();
-    assert_eq!(
-        got,
-        bytes(9, 120_000),
-        "reads now come from the sealed file"
-    );
+    assert_eq!(got, text(9, 120_000), "reads now come from the sealed file");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -201,7 +183,7 @@ async fn a_sealed_archive_is_immutable_and_sealing_again_is_the_same() {
     );
     let mut got = Vec::new();
     store.read_file("none", "small/y", &mut got).await.unwrap();
-    assert_eq!(got, bytes(4, 5000));
+    assert_eq!(got, text(4, 5000));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -240,7 +222,7 @@ async fn a_seal_cut_short_is_redone_with_the_same_bytes() {
 /// and sealing again writes the canonical bytes over both.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_repack_cut_short_is_redone_with_the_same_bytes() {
-    use common::{append_of, cli_reference, play, text, Step};
+    use common::{append_of, cli_reference, play, Step};
     let tmp = tempfile::tempdir().unwrap();
     let steps = vec![
         append_of(&[
