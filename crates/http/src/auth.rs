@@ -22,7 +22,10 @@ pub(crate) async fn check(State(app): State<AppState>, req: Request, next: Next)
         .headers()
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "));
+        // The scheme is case-insensitive (RFC 9110, 11.1).
+        .and_then(|v| v.split_once(' '))
+        .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
+        .map(|(_, t)| t.trim_start());
     let refuse = |status: StatusCode, code: &'static str, message: &str| {
         // Iceberg clients parse the REST spec's error model, not ours.
         if req.uri().path().starts_with("/iceberg/") {

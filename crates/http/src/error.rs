@@ -47,8 +47,21 @@ impl ApiError {
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
+        // A server-side failure's message names files and internals of the
+        // server: it goes to the log, and the client gets what happened.
+        let message = if self.status.is_server_error() {
+            tracing::error!(code = self.code, status = %self.status, "{}", self.message);
+            let what = match self.code {
+                "corrupt" => "stored data failed its integrity checks",
+                "no_space" => "the server has no disk space left",
+                _ => "the server failed",
+            };
+            format!("{what}; the server log has the details")
+        } else {
+            self.message
+        };
         let body = serde_json::json!({
-            "error": { "code": self.code, "message": self.message }
+            "error": { "code": self.code, "message": message }
         });
         (self.status, axum::Json(body)).into_response()
     }

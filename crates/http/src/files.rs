@@ -71,6 +71,8 @@ pub(crate) async fn get_file(
     method: Method,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
+    // A path no upload could have stored is a bad request, not a missing file.
+    znippy_format::validate_path(&path)?;
     let file = app.store.open_file(&id, &path).await?;
     let kind = file.entry().kind()?;
     if kind != Kind::File {
@@ -110,6 +112,7 @@ pub(crate) async fn delete_file(
     State(app): State<AppState>,
     ApiPath((id, path)): ApiPath<(String, String)>,
 ) -> Result<Json<Value>, ApiError> {
+    znippy_format::validate_path(&path)?;
     let snapshot = app.store.delete_file(&id, &path).await?;
     Ok(Json(json!({ "deleted": path, "snapshot_id": snapshot })))
 }

@@ -397,6 +397,12 @@ async fn malformed_requests_change_nothing() {
             code: "no_file",
         },
         Case {
+            name: "get: a path no upload could store",
+            req: c.get(u("/archives/a/files/a%5Cb")),
+            status: StatusCode::BAD_REQUEST,
+            code: "bad_path",
+        },
+        Case {
             name: "get: range past the end",
             req: c
                 .get(u("/archives/a/files/keep/one.txt"))
@@ -525,6 +531,21 @@ async fn token_guards_writes_and_private_reads() {
         .await
         .unwrap();
     json(r, StatusCode::OK).await;
+    // The scheme is case-insensitive; another scheme is no token at all.
+    for (header, status) in [
+        ("bearer s3cret", StatusCode::OK),
+        ("BEARER  s3cret", StatusCode::OK),
+        ("Basic s3cret", StatusCode::UNAUTHORIZED),
+    ] {
+        let r = c
+            .put(s.url("/archives/t/files/y"))
+            .header("authorization", header)
+            .body("y")
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), status, "{header}");
+    }
     // Reads are public by default.
     assert_eq!(get(&c, &s, "t", "x").await, b"x");
     let r = c.get(s.url("/iceberg/v1/namespaces")).send().await.unwrap();
@@ -614,9 +635,12 @@ async fn a_full_disk_is_507_and_changes_nothing() {
             .send()
             .await
             .unwrap();
-        assert_eq!(
-            error_code(r, StatusCode::INSUFFICIENT_STORAGE).await,
-            "no_space"
+        let v = json(r, StatusCode::INSUFFICIENT_STORAGE).await;
+        assert_eq!(v["error"]["code"], "no_space");
+        let message = v["error"]["message"].as_str().unwrap();
+        assert!(
+            !message.contains('/') && !message.contains("znippy"),
+            "a 5xx names no server path: {message}"
         );
         let after = json(
             c.get(s.url("/archives/full")).send().await.unwrap(),
