@@ -57,6 +57,15 @@ pub enum Error {
     /// A metadata argument or value that does not fit the meta table.
     #[error("invalid metadata: {0}")]
     Meta(String),
+    /// Two paths that cannot both exist on a file system: `path` would lie
+    /// below `other`, a file or a link, or `other` below the file `path`.
+    #[error("{path} and {other} cannot both be in the archive: one would lie below the other, which is not a directory")]
+    PathConflict {
+        /// The path being added.
+        path: String,
+        /// The path already there (or added with it).
+        other: String,
+    },
     /// The requested path is not in the archive.
     #[error("no such file in the archive: {0}")]
     NotFound(String),

@@ -76,7 +76,15 @@ pub fn extract_all<R: ReadAt>(
             },
         );
     }
-    check_nesting(&entries)?;
+    // `a -> /etc` then `a/passwd` must not write through the link.
+    let mut sorted: Vec<&str> = entries.keys().copied().collect();
+    sorted.sort_unstable();
+    let is_dir = |p: &str| entries.get(p).map(|e| e.kind == Kind::Dir);
+    path::check_nesting(
+        entries.iter().map(|(p, e)| (*p, e.kind == Kind::Dir)),
+        is_dir,
+        |p| path::first_below(&sorted, p),
+    )?;
     fs::create_dir_all(dest).map_err(|e| Error::io(format!("creating {}", dest.display()), e))?;
     let root =
         Beneath::open(dest).map_err(|e| Error::io(format!("opening {}", dest.display()), e))?;
@@ -175,30 +183,4 @@ struct Extracted {
     size: u64,
     mode: Option<u32>,
     slices: u64,
-}
-
-/// Refuses an entry below a link or a regular file of the archive: `a -> /etc`
-/// then `a/passwd` must not write through the link, and `x` then `x/y` cannot
-/// both exist.
-fn check_nesting(entries: &HashMap<&str, Extracted>) -> Result<()> {
-    for p in entries.keys() {
-        let mut at = 0;
-        while let Some(i) = p[at..].find('/') {
-            let parent = &p[..at + i];
-            if let Some(e) = entries.get(parent) {
-                if e.kind != Kind::Dir {
-                    return Err(Error::corrupt(format!(
-                        "{p} lies below {parent}, which is a {}",
-                        if e.kind == Kind::Symlink {
-                            "symbolic link"
-                        } else {
-                            "file"
-                        }
-                    )));
-                }
-            }
-            at += i + 1;
-        }
-    }
-    Ok(())
 }

@@ -1,7 +1,8 @@
 //! Archive paths: the one validator used by writers and readers alike.
 //!
 //! A path in an archive is UTF-8, `/`-separated, relative, at most 4096 bytes, with
-//! no empty, `.` or `..` component and no NUL or `\`. Writers refuse anything else;
+//! no empty, `.` or `..` component and no NUL, `\` or other control character
+//! (C0, DEL, C1). Writers refuse anything else;
 //! readers run the same check before touching the file system, so an archive cannot
 //! make extraction write outside its target directory.
 
@@ -22,6 +23,10 @@ pub fn validate(path: &str) -> Result<()> {
         Some("contains a NUL byte")
     } else if path.contains('\\') {
         Some("contains a backslash")
+    } else if path.chars().any(char::is_control) {
+        // A newline breaks every line-based listing; ESC and the C1 controls
+        // drive terminals.
+        Some("contains a control character")
     } else {
         path.split('/').find_map(|c| match c {
             "" => Some("empty path component"),
@@ -37,6 +42,48 @@ pub fn validate(path: &str) -> Result<()> {
             reason,
         }),
     }
+}
+
+/// Refuses `x` beside `x/y`: no entry may lie below one that is not a
+/// directory, as no file system can hold both. `added` are the paths being
+/// written, with whether each is a directory entry; `is_dir` answers for every
+/// path of the result, `first_below(p)` gives a path of the result below `p/`.
+pub fn check_nesting<'a>(
+    added: impl IntoIterator<Item = (&'a str, bool)>,
+    is_dir: impl Fn(&str) -> Option<bool>,
+    first_below: impl Fn(&str) -> Option<String>,
+) -> Result<()> {
+    for (path, dir) in added {
+        let mut at = path;
+        while let Some((parent, _)) = at.rsplit_once('/') {
+            if is_dir(parent) == Some(false) {
+                return Err(Error::PathConflict {
+                    path: path.to_string(),
+                    other: parent.to_string(),
+                });
+            }
+            at = parent;
+        }
+        if !dir {
+            if let Some(below) = first_below(path) {
+                return Err(Error::PathConflict {
+                    path: path.to_string(),
+                    other: below,
+                });
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The first of `sorted` paths that lies below `p/`.
+pub(crate) fn first_below(sorted: &[&str], p: &str) -> Option<String> {
+    let dir = format!("{p}/");
+    let i = sorted.partition_point(|q| *q < dir.as_str());
+    sorted
+        .get(i)
+        .filter(|q| q.starts_with(&dir))
+        .map(|q| q.to_string())
 }
 
 #[cfg(test)]
@@ -63,6 +110,10 @@ mod tests {
             "a/",
             "a\0b",
             "a\\b",
+            "a\nb",
+            "a\u{1b}[31m",
+            "a\u{7f}",
+            "a\u{9b}b",
             &long,
         ] {
             assert!(validate(p).is_err(), "{p:?} accepted");

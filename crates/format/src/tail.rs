@@ -10,7 +10,7 @@ use std::io::Write;
 
 use crate::error::{Error, Result};
 use crate::ipc::{self, Body};
-use crate::kind;
+use crate::kind::{self, Kind};
 use crate::manifest::{self, SectionEntry};
 use crate::meta::Metadata;
 use crate::path;
@@ -161,7 +161,23 @@ fn check_rows(tail: &Tail<'_>) -> Result<()> {
             )));
         }
     }
-    Ok(())
+    check_tail_nesting(tail.rows)
+}
+
+/// No entry below a file or a link: `x` and `x/y` extract nowhere.
+fn check_tail_nesting(rows: &[SliceRow]) -> Result<()> {
+    let mut dirs: HashMap<&str, bool> = HashMap::with_capacity(rows.len());
+    for r in rows {
+        let dir = Kind::of(r.mode)? == Kind::Dir;
+        dirs.entry(&r.relative_path).or_insert(dir);
+    }
+    let mut sorted: Vec<&str> = dirs.keys().copied().collect();
+    sorted.sort_unstable();
+    path::check_nesting(
+        dirs.iter().map(|(p, d)| (*p, *d)),
+        |p| dirs.get(p).copied(),
+        |p| path::first_below(&sorted, p),
+    )
 }
 
 /// A writer that knows its archive offset, pads sections to [`ALIGN`] and

@@ -203,40 +203,47 @@ fn everything(dir: &Path) -> Vec<String> {
     out
 }
 
+/// An archive with these entries, made by hand: our writers refuse some of
+/// them, a hostile one would not.
+fn crafted(entries: &[(&str, &[u8], u32)]) -> Vec<u8> {
+    let mut sorted = entries.to_vec();
+    sorted.sort_by_key(|e| e.0);
+    let (mut blobs, mut rows) = (Vec::new(), Vec::new());
+    for (i, (path, bytes, mode)) in sorted.iter().enumerate() {
+        let mut r = raw_row(path, i as u64, blobs.len() as u64, bytes);
+        r.mode = Some(*mode);
+        rows.push(r);
+        blobs.extend_from_slice(bytes);
+    }
+    craft(&blobs, &rows, small_props())
+}
+
 #[test]
 fn hostile_archives_never_write_outside_or_through_a_link() {
     let tmp = tempfile::tempdir().unwrap();
     let outside = tmp.path().join("outside");
     fs::create_dir(&outside).unwrap();
     let link = S_IFLNK | 0o777;
+    let target = outside.to_str().unwrap().as_bytes();
     let cases: Vec<(&str, Vec<u8>)> = vec![
         (
             "a link, then an entry through it",
-            archive(vec![vec![
-                file("a", outside.to_str().unwrap().as_bytes(), link),
-                file("a/x", b"pwned", 0o644),
-            ]]),
+            crafted(&[("a", target, link), ("a/x", b"pwned", 0o644)]),
         ),
         (
             "a relative link up and out, then an entry through it",
-            archive(vec![vec![
-                file("up", b"../..", link),
-                file("up/outside/y", b"pwned", 0o644),
-            ]]),
+            crafted(&[("up", b"../..", link), ("up/outside/y", b"pwned", 0o644)]),
         ),
         (
             "a file, then an entry below it",
-            archive(vec![
-                vec![file("f", b"x", 0o644)],
-                vec![file("f/y", b"pwned", 0o644)],
-            ]),
+            crafted(&[("f", b"x", 0o644), ("f/y", b"pwned", 0o644)]),
         ),
     ];
     for (name, bytes) in cases {
         let a = Archive::open(bytes).unwrap();
         let out = tmp.path().join("out");
         let err = extract_all(&a, &out, 2, &|_| {}).unwrap_err();
-        assert!(matches!(err, Error::Corrupt(_)), "{name}: {err}");
+        assert!(matches!(err, Error::PathConflict { .. }), "{name}: {err}");
         assert_eq!(
             everything(&outside),
             Vec::<String>::new(),
@@ -367,4 +374,60 @@ fn usr_share_doc_round_trips_like_tar() {
         .unwrap();
     assert!(st.success());
     assert_same_tree(&theirs.join("doc"), &ours);
+}
+
+#[test]
+fn writers_refuse_a_path_below_a_file_or_a_link() {
+    let link = S_IFLNK | 0o777;
+    let batches: Vec<(&str, Vec<Vec<znippy_format::Result<InputFile>>>)> = vec![
+        (
+            "one batch",
+            vec![vec![file("x", b"1", 0o644), file("x/y", b"2", 0o644)]],
+        ),
+        (
+            "the file after",
+            vec![vec![file("x/y", b"2", 0o644)], vec![file("x", b"1", 0o644)]],
+        ),
+        (
+            "below a link",
+            vec![vec![file("l", b"x", link)], vec![file("l/y", b"2", 0o644)]],
+        ),
+    ];
+    for (name, b) in batches {
+        let mut out = Vec::new();
+        let err = compress(
+            &mut out,
+            b,
+            small_props(),
+            1,
+            &Metadata::Absent,
+            &mut |_| {},
+        )
+        .unwrap_err();
+        assert!(matches!(err, Error::PathConflict { .. }), "{name}: {err}");
+    }
+    // A directory entry may hold others, and a replaced file frees its name.
+    archive(vec![vec![
+        file("d", b"", znippy_format::S_IFDIR | 0o755),
+        file("d/x", b"1", 0o644),
+    ]]);
+    let tmp = tempfile::tempdir().unwrap();
+    let p = tmp.path().join("a.znippy");
+    fs::write(&p, archive(vec![vec![file("x", b"1", 0o644)]])).unwrap();
+    let err = append(
+        &p,
+        [file("x/y", b"2", 0o644)],
+        MetaUpdate::default(),
+        1,
+        &mut |_| {},
+    )
+    .unwrap_err();
+    assert!(matches!(err, Error::PathConflict { .. }), "{err}");
+    assert_eq!(
+        Archive::open(fs::read(&p).unwrap())
+            .unwrap()
+            .list("")
+            .unwrap(),
+        ["x"]
+    );
 }

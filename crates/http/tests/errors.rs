@@ -329,6 +329,24 @@ async fn malformed_requests_change_nothing() {
             code: "bad_body",
         },
         Case {
+            name: "put: a path below a live file",
+            req: c.put(u("/archives/a/files/keep/one.txt/under")).body("x"),
+            status: StatusCode::CONFLICT,
+            code: "path_conflict",
+        },
+        Case {
+            name: "put: a file where live files lie below",
+            req: c.put(u("/archives/a/files/keep")).body("x"),
+            status: StatusCode::CONFLICT,
+            code: "path_conflict",
+        },
+        Case {
+            name: "put: a control character in the path",
+            req: c.put(u("/archives/a/files/bad%1B%5B31m")).body("x"),
+            status: StatusCode::BAD_REQUEST,
+            code: "bad_path",
+        },
+        Case {
             name: "tar: a device",
             req: tar(tar_entry("dev", tar::EntryType::Char, b"")),
             status: StatusCode::BAD_REQUEST,

@@ -26,8 +26,8 @@ use iceberg::table::Table;
 use iceberg::transaction::{ApplyTransactionAction, Transaction};
 use iceberg::{Catalog, NamespaceIdent, TableIdent};
 use znippy_format::{
-    check_file_rows, ArchiveProps, BatchStats, BlobRegion, Engine, Entry, InputFile, MetaRow,
-    MetaTable, Metadata, ReadAt, SliceRow,
+    check_file_rows, check_nesting, ArchiveProps, BatchStats, BlobRegion, Engine, Entry, InputFile,
+    Kind, MetaRow, MetaTable, Metadata, ReadAt, SliceRow,
 };
 
 use crate::catalog::{RedbCatalog, BLOB_END_KEY};
@@ -401,6 +401,43 @@ impl LiveArchive {
         })
     }
 
+    /// Refuses a batch that would put a path below a live file or link, or a
+    /// file above live paths: `x` and `x/y` cannot both be extracted.
+    fn check_nesting(&self, rows: &[SliceRow]) -> Result<()> {
+        let is_dir = |mode| Kind::of(mode).is_ok_and(|k| k == Kind::Dir);
+        let mut batch: BTreeMap<&str, bool> = BTreeMap::new();
+        for r in rows {
+            batch.entry(&r.relative_path).or_insert(is_dir(r.mode));
+        }
+        let below = |p: &str| {
+            let dir = format!("{p}/");
+            let in_batch = batch
+                .range(dir.as_str()..)
+                .next()
+                .map(|(q, _)| q.to_string());
+            let live = self
+                .live
+                .range(dir.clone()..)
+                .next()
+                .map(|(q, _)| q.clone());
+            [in_batch, live]
+                .into_iter()
+                .flatten()
+                .find(|q| q.starts_with(&dir))
+        };
+        Ok(check_nesting(
+            batch.iter().map(|(p, d)| (*p, *d)),
+            |p| {
+                batch.get(p).copied().or_else(|| {
+                    self.live
+                        .get(p)
+                        .map(|f| is_dir(f.rows.first().and_then(|r| r.mode)))
+                })
+            },
+            below,
+        )?)
+    }
+
     /// Ends an append that committed nothing: cuts the blobs it wrote back off
     /// the sidecar and forgets them. The append's own error is what its caller
     /// needs to hear, so a failure here is logged, not returned: bytes past
@@ -424,6 +461,7 @@ impl LiveArchive {
     ) -> Result<AppendReceipt> {
         let seq = self.append_seq + 1;
         let commit_start = std::time::Instant::now();
+        let result = result.and_then(|r| self.check_nesting(&r.0).map(|_| r));
         let committed = match result {
             Ok((rows, stats, meta)) => {
                 let new_end = engine.blob_end();
