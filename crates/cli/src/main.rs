@@ -15,8 +15,9 @@ use anyhow::{bail, Context, Result};
 use clap::{Parser, Subcommand};
 use znippy_cli::{gather, meta_args, threads};
 use znippy_format::{
-    append, compress, extract_all, recover, scan_dir, undo_path, Archive, ArchiveProps, InputFile,
-    Kind, MetaSearch, MetaUpdate, Metadata, Recovery, Scan, ScanOptions, TarEntries,
+    append, compress, extract_all_with, recover, scan_dir, undo_path, Archive, ArchiveProps,
+    ExtractOptions, InputFile, Kind, MetaSearch, MetaUpdate, Metadata, Recovery, Scan, ScanOptions,
+    TarEntries,
 };
 
 use progress::{human, Progress};
@@ -74,6 +75,9 @@ enum Cmd {
         /// Target directory (created if needed).
         #[arg(short, long)]
         output: PathBuf,
+        /// Keep set-uid, set-gid and sticky bits (cleared by default).
+        #[arg(long)]
+        same_permissions: bool,
         /// Threads (default: all cores).
         #[arg(long)]
         threads: Option<usize>,
@@ -294,11 +298,16 @@ fn run(cmd: Cmd) -> Result<ExitCode> {
         Cmd::Decompress {
             archive,
             output,
+            same_permissions,
             threads: t,
         } => {
             let a = open(&archive)?;
             let bar = Progress::new(a.entries("")?.iter().map(|e| e.size).sum(), "decompress");
-            let stats = extract_all(&a, &output, threads(t), &|n| bar.inc(n))?;
+            let opts = ExtractOptions {
+                threads: threads(t),
+                same_permissions,
+            };
+            let stats = extract_all_with(&a, &output, opts, &|n| bar.inc(n))?;
             bar.finish("extracted", stats.files, stats.bytes, a.archive_len());
         }
         Cmd::List {

@@ -33,7 +33,19 @@ pub struct ExtractStats {
     pub bytes: u64,
 }
 
-/// Extracts every entry of `archive` below `dest`, creating it if needed.
+/// How an extraction runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ExtractOptions {
+    /// Threads decoding blobs.
+    pub threads: usize,
+    /// Keep the set-uid, set-gid and sticky bits an archive records (tar's
+    /// `--same-permissions` as root). Off, they are cleared: an archive from
+    /// elsewhere does not get to plant a set-uid program.
+    pub same_permissions: bool,
+}
+
+/// Extracts every entry of `archive` below `dest`, creating it if needed, on
+/// `threads` threads, set-uid, set-gid and sticky bits cleared.
 /// `progress` is told the size of each slice as it is written.
 pub fn extract_all<R: ReadAt>(
     archive: &Archive<R>,
@@ -41,6 +53,22 @@ pub fn extract_all<R: ReadAt>(
     threads: usize,
     progress: &(dyn Fn(u64) + Sync),
 ) -> Result<ExtractStats> {
+    let opts = ExtractOptions {
+        threads,
+        same_permissions: false,
+    };
+    extract_all_with(archive, dest, opts, progress)
+}
+
+/// [`extract_all`] with every option.
+pub fn extract_all_with<R: ReadAt>(
+    archive: &Archive<R>,
+    dest: &Path,
+    opts: ExtractOptions,
+    progress: &(dyn Fn(u64) + Sync),
+) -> Result<ExtractStats> {
+    let perms = if opts.same_permissions { 0o7777 } else { 0o777 };
+    let threads = opts.threads;
     let rows = archive.data_rows()?;
     let mut by_file: HashMap<&str, Vec<&SliceRow>> = HashMap::new();
     for r in &rows {
@@ -134,7 +162,7 @@ pub fn extract_all<R: ReadAt>(
             .map_err(|e| Error::io(what(), e))?;
         if single {
             if let Some(mode) = r.mode {
-                f.set_permissions(Permissions::from_mode(mode & 0o7777))
+                f.set_permissions(Permissions::from_mode(mode & perms))
                     .map_err(|e| Error::io(what(), e))?;
             }
         }
@@ -150,7 +178,7 @@ pub fn extract_all<R: ReadAt>(
             let f = root
                 .create(p, false)
                 .map_err(|err| Error::io(format!("opening {}", in_dest(p)), err))?;
-            f.set_permissions(Permissions::from_mode(mode & 0o7777))
+            f.set_permissions(Permissions::from_mode(mode & perms))
                 .map_err(|err| Error::io(format!("setting mode of {}", in_dest(p)), err))?;
         }
     }
@@ -172,7 +200,7 @@ pub fn extract_all<R: ReadAt>(
         .collect();
     modes.sort_unstable_by(|a, b| b.0.cmp(a.0));
     for (p, mode) in modes {
-        root.chmod_dir(p, mode)
+        root.chmod_dir(p, mode & perms)
             .map_err(|e| Error::io(format!("setting mode of {}", in_dest(p)), e))?;
     }
     Ok(stats)

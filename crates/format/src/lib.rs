@@ -65,7 +65,7 @@ mod writer;
 pub use blobs::{BlobRegion, BlobScratch};
 pub use engine::{codec_calls, BatchStats, Engine, InputFile, Source};
 pub use error::{Error, Result};
-pub use extract::{extract_all, ExtractStats};
+pub use extract::{extract_all, extract_all_with, ExtractOptions, ExtractStats};
 pub use io::{CountingReader, ReadAt};
 pub use kind::{Kind, MAX_LINK_TARGET, S_IFDIR, S_IFLNK, S_IFMT, S_IFREG};
 pub use manifest::SectionEntry;

@@ -431,3 +431,30 @@ fn writers_refuse_a_path_below_a_file_or_a_link() {
         ["x"]
     );
 }
+
+#[test]
+fn set_uid_set_gid_and_sticky_bits_come_back_only_when_asked() {
+    let a = Archive::open(archive(vec![vec![
+        file("suid", b"#!/bin/sh\n", 0o4755),
+        file("sticky", b"", znippy_format::S_IFDIR | 0o1777),
+    ]]))
+    .unwrap();
+    let tmp = tempfile::tempdir().unwrap();
+    let mode = |p: &Path| fs::metadata(p).unwrap().permissions().mode() & 0o7777;
+    let out = tmp.path().join("masked");
+    extract_all(&a, &out, 1, &|_| {}).unwrap();
+    assert_eq!(
+        (mode(&out.join("suid")), mode(&out.join("sticky"))),
+        (0o755, 0o777)
+    );
+    let out = tmp.path().join("same");
+    let opts = znippy_format::ExtractOptions {
+        threads: 1,
+        same_permissions: true,
+    };
+    znippy_format::extract_all_with(&a, &out, opts, &|_| {}).unwrap();
+    assert_eq!(
+        (mode(&out.join("suid")), mode(&out.join("sticky"))),
+        (0o4755, 0o1777)
+    );
+}
