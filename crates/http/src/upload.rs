@@ -11,7 +11,8 @@
 //! engine's side, never a short file, and the batch commits nothing.
 
 use std::io::{self, Read};
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 use std::time::Instant;
 
 use axum::body::Body;
@@ -33,6 +34,17 @@ use crate::AppState;
 const CHUNKS_IN_FLIGHT: usize = 8;
 /// Largest form field (a metadata fact) held in memory.
 const MAX_FIELD: usize = 1 << 20;
+/// Most metadata fields in one multipart upload.
+const MAX_FACTS: usize = 100_000;
+/// Most body bytes the multipart parser may hold without making progress
+/// (the preamble, or one part's headers: a 4 KiB path fits many times over),
+/// before it is handed one more chunk.
+const MAX_FRAMING: usize = 64 << 10;
+
+/// A multipart preamble or part header that does not end.
+#[derive(Debug, thiserror::Error)]
+#[error("a multipart preamble or part header runs past {MAX_FRAMING} bytes")]
+struct FramingTooLong;
 
 /// An upload whose bytes are not what they claim (cut short, malformed),
 /// carried through the engine's I/O errors so that it answers 400, not 500.
@@ -306,24 +318,52 @@ async fn drive_multipart(
     files: mpsc::Sender<InputFile>,
 ) -> Result<Option<MetaTable>, Stop> {
     let broken = |e: multer::Error| match e {
+        multer::Error::StreamReadFailed(inner) if inner.is::<FramingTooLong>() => ApiError::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "too_large",
+            inner.to_string(),
+        ),
         multer::Error::StreamReadFailed(_) => {
             ApiError::bad_request("broken_body", format!("reading the request body: {e}"))
         }
         e => ApiError::bad_request("bad_body", format!("malformed multipart body: {e}")),
     };
-    let mut form = multer::Multipart::new(body.into_data_stream(), boundary);
+    // multer holds what it has read until it makes progress (a part begins, a
+    // part's data comes out): a preamble or part headers that never end would
+    // grow its buffer with the body. `held` is what it took in and has not
+    // given back as data since the last part began; the body stops once more
+    // than MAX_FRAMING bytes are held before the next chunk.
+    let held = Arc::new(AtomicUsize::new(0));
+    let taken = Arc::clone(&held);
+    let guarded = body.into_data_stream().map(move |chunk| {
+        type Boxed = Box<dyn std::error::Error + Send + Sync>;
+        let chunk = chunk.map_err(|e| Box::new(e) as Boxed)?;
+        if taken.fetch_add(chunk.len(), Ordering::Relaxed) > MAX_FRAMING {
+            return Err(Box::new(FramingTooLong) as Boxed);
+        }
+        Ok(chunk)
+    });
+    let gave = |n: usize| {
+        let _ = held.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |h| {
+            Some(h.saturating_sub(n))
+        });
+    };
+    let mut form = multer::Multipart::new(guarded, boundary);
+    let mut facts = 0usize;
     let mut budget = Budget {
         app,
         left: app.config.max_body,
     };
     let mut meta: Option<MetaTable> = None;
     while let Some(mut field) = form.next_field().await.map_err(broken)? {
+        held.store(0, Ordering::Relaxed);
         if let Some(path) = field.file_name() {
             let (file, tx) = body_file(path.to_string(), None);
             if files.send(file).await.is_err() {
                 return Err(Stop::Engine);
             }
-            let chunks = futures::stream::poll_fn(|cx| field.poll_next_unpin(cx));
+            let chunks = futures::stream::poll_fn(|cx| field.poll_next_unpin(cx))
+                .inspect(|c| gave(c.as_ref().map_or(0, |c| c.len())));
             forward(chunks, &tx, &mut budget, broken).await?;
             continue;
         }
@@ -342,8 +382,18 @@ async fn drive_multipart(
                 .into())
             }
         };
+        facts += 1;
+        if facts > MAX_FACTS {
+            return Err(ApiError::new(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                "too_large",
+                format!("more than {MAX_FACTS} metadata fields in one upload"),
+            )
+            .into());
+        }
         let mut text = Vec::new();
         while let Some(chunk) = field.chunk().await.map_err(broken)? {
+            gave(chunk.len());
             budget.take(chunk.len())?;
             if text.len() + chunk.len() > MAX_FIELD {
                 return Err(ApiError::new(

@@ -737,3 +737,54 @@ async fn a_refusal_that_leaves_the_body_unread_closes_the_connection() {
     assert_eq!(r.text().await.unwrap(), "small");
     s.stop().await;
 }
+
+/// A multipart preamble, or a part header, that never ends is refused once
+/// 64 KiB are held without progress: the server stops reading long before the
+/// client's 200 MiB are sent, and the archive is unchanged.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn multipart_framing_that_never_ends_is_refused_early() {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    use std::sync::Arc;
+    let s = Server::start(|_| {}).await;
+    let c = client();
+    create(&c, &s, "a", false).await;
+    let starts: [&[u8]; 2] = [
+        b"no boundary here, ",
+        b"--B\r\nContent-Disposition: form-data; name=\"f\"; filename=\"x\"\r\nX-Long: ",
+    ];
+    for start in starts {
+        let sent = Arc::new(AtomicU64::new(0));
+        let counter = Arc::clone(&sent);
+        let first = bytes::Bytes::from_static(start);
+        let filler = bytes::Bytes::from(vec![b'a'; 64 << 10]);
+        let chunks = futures::stream::iter(
+            std::iter::once(first)
+                .chain(std::iter::repeat_n(filler, 3200))
+                .inspect(move |c| {
+                    counter.fetch_add(c.len() as u64, Ordering::Relaxed);
+                })
+                .map(Ok::<_, std::io::Error>),
+        );
+        let r = c
+            .post(s.url("/archives/a/files"))
+            .header("content-type", "multipart/form-data; boundary=B")
+            .body(reqwest::Body::wrap_stream(chunks))
+            .send()
+            .await;
+        if let Ok(r) = r {
+            assert_eq!(
+                error_code(r, StatusCode::PAYLOAD_TOO_LARGE).await,
+                "too_large"
+            );
+        }
+        let sent = sent.load(Ordering::Relaxed);
+        assert!(sent < 32 << 20, "the server read {sent} bytes of framing");
+        let v = json(
+            c.get(s.url("/archives/a")).send().await.unwrap(),
+            StatusCode::OK,
+        )
+        .await;
+        assert_eq!(v["files"], 0);
+    }
+    s.stop().await;
+}
