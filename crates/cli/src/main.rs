@@ -323,17 +323,18 @@ fn run(cmd: Cmd) -> Result<ExitCode> {
                     let mode = e
                         .mode
                         .map_or("----".to_string(), |m| format!("{:04o}", m & 0o7777));
-                    write!(out, "{}{mode} {:>12} {}", kind.letter(), e.size, e.path)?;
+                    let path = printable(&e.path);
+                    write!(out, "{}{mode} {:>12} {path}", kind.letter(), e.size)?;
                     if kind == Kind::Symlink {
                         let mut target = Vec::new();
                         a.read_file(&e.path, &mut target)?;
-                        write!(out, " -> {}", String::from_utf8_lossy(&target))?;
+                        write!(out, " -> {}", printable(&String::from_utf8_lossy(&target)))?;
                     }
                     writeln!(out)?;
                 }
             } else {
                 for p in a.list(&prefix)? {
-                    writeln!(out, "{p}")?;
+                    writeln!(out, "{}", printable(&p))?;
                 }
             }
             out.flush()?;
@@ -486,6 +487,22 @@ fn run(cmd: Cmd) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
+/// `s` with control characters escaped (`\n`, `\u{1b}`): a path from a
+/// hand-made archive never drives the terminal it is listed on.
+fn printable(s: &str) -> std::borrow::Cow<'_, str> {
+    if s.chars().any(char::is_control) {
+        s.chars()
+            .map(|c| match c.is_control() {
+                true => c.escape_default().to_string(),
+                false => c.to_string(),
+            })
+            .collect::<String>()
+            .into()
+    } else {
+        s.into()
+    }
+}
+
 /// A batch for the engine, and its size in bytes as far as it is known up
 /// front (for the progress bar).
 type Batch = (
@@ -587,4 +604,18 @@ fn info(path: &Path) -> Result<()> {
         );
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::printable;
+
+    #[test]
+    fn listed_paths_never_carry_control_characters() {
+        assert_eq!(printable("plain/ü.txt"), "plain/ü.txt");
+        assert_eq!(
+            printable("a\u{1b}[31mb\nc\u{9b}"),
+            "a\\u{1b}[31mb\\nc\\u{9b}"
+        );
+    }
 }
