@@ -54,6 +54,9 @@ impl IntoResponse for ApiError {
             let what = match self.code {
                 "corrupt" => "stored data failed its integrity checks",
                 "no_space" => "the server has no disk space left",
+                "unavailable" => {
+                    "the archive's blob file changed under the server; it needs a restart"
+                }
                 _ => "the server failed",
             };
             format!("{what}; the server log has the details")
@@ -135,6 +138,9 @@ impl From<StoreError> for ApiError {
             StoreError::Exists(_) => ApiError::new(StatusCode::CONFLICT, "exists", msg),
             StoreError::Sealed(_) => ApiError::new(StatusCode::CONFLICT, "sealed", msg),
             StoreError::BadId(_) => ApiError::bad_request("bad_id", msg),
+            StoreError::SidecarGone(_) => {
+                ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "unavailable", msg)
+            }
             StoreError::Format(f) => format_error(f),
             StoreError::Iceberg(i) if i.kind() == iceberg::ErrorKind::CatalogCommitConflicts => {
                 ApiError::new(StatusCode::CONFLICT, "conflict", msg)

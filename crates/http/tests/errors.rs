@@ -788,3 +788,34 @@ async fn multipart_framing_that_never_ends_is_refused_early() {
     }
     s.stop().await;
 }
+
+/// An append whose blob file was removed under the service is refused with 503
+/// instead of being acknowledged into a deleted inode, and changes nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_append_into_a_removed_sidecar_is_refused() {
+    let s = Server::start(|_| {}).await;
+    let c = client();
+    create(&c, &s, "a", false).await;
+    put(&c, &s, "a", "first", text(1, 1000)).await;
+    let before = json(
+        c.get(s.url("/archives/a")).send().await.unwrap(),
+        StatusCode::OK,
+    )
+    .await;
+    std::fs::remove_file(s.dir.path().join("data/blobs/a.znippy")).unwrap();
+    let r = c
+        .put(s.url("/archives/a/files/second"))
+        .body(text(2, 1000))
+        .send()
+        .await
+        .unwrap();
+    let v = json(r, StatusCode::SERVICE_UNAVAILABLE).await;
+    assert_eq!(v["error"]["code"], "unavailable");
+    let after = json(
+        c.get(s.url("/archives/a")).send().await.unwrap(),
+        StatusCode::OK,
+    )
+    .await;
+    assert_eq!(after, before, "nothing was committed");
+    s.stop().await;
+}

@@ -461,7 +461,9 @@ impl LiveArchive {
     ) -> Result<AppendReceipt> {
         let seq = self.append_seq + 1;
         let commit_start = std::time::Instant::now();
-        let result = result.and_then(|r| self.check_nesting(&r.0).map(|_| r));
+        let result = result
+            .and_then(|r| self.check_nesting(&r.0).map(|_| r))
+            .and_then(|r| self.sidecar.check_in_place().map(|_| r));
         let committed = match result {
             Ok((rows, stats, meta)) => {
                 let new_end = engine.blob_end();

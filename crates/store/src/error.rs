@@ -33,6 +33,10 @@ pub enum StoreError {
         #[source]
         source: std::io::Error,
     },
+    /// The sidecar file was removed or replaced under the store: nothing can
+    /// be made durable in it until the archive is reopened.
+    #[error("the blob file {0:?} was removed or replaced while the service ran; restart it")]
+    SidecarGone(std::path::PathBuf),
     /// The caller abandoned the batch (its input failed); nothing was committed.
     #[error("append abandoned: {0}")]
     Aborted(String),

@@ -6,8 +6,8 @@
 
 use std::fs::{File, OpenOptions};
 use std::io::{self, Write};
-use std::os::unix::fs::FileExt;
-use std::path::Path;
+use std::os::unix::fs::{FileExt, MetadataExt};
+use std::path::{Path, PathBuf};
 
 use crate::error::{Result, StoreError};
 
@@ -15,6 +15,13 @@ use crate::error::{Result, StoreError};
 #[derive(Debug)]
 pub struct Sidecar {
     file: File,
+    path: PathBuf,
+    /// `(dev, ino)` of the file opened: what `path` must still name.
+    id: (u64, u64),
+}
+
+fn identity(m: &std::fs::Metadata) -> (u64, u64) {
+    (m.dev(), m.ino())
 }
 
 impl Sidecar {
@@ -28,10 +35,8 @@ impl Sidecar {
             .truncate(false)
             .open(path)
             .map_err(|e| StoreError::io(what(), e))?;
-        let len = file
-            .metadata()
-            .map_err(|e| StoreError::io(what(), e))?
-            .len();
+        let meta = file.metadata().map_err(|e| StoreError::io(what(), e))?;
+        let len = meta.len();
         if len < committed_end {
             return Err(StoreError::Corrupt(format!(
                 "{}: sidecar has {len} bytes but {committed_end} are committed",
@@ -43,14 +48,33 @@ impl Sidecar {
                 .and_then(|_| file.sync_all())
                 .map_err(|e| StoreError::io(what(), e))?;
         }
-        Ok(Sidecar { file })
+        Ok(Sidecar {
+            file,
+            path: path.to_path_buf(),
+            id: identity(&meta),
+        })
     }
 
     /// Opens a sealed archive's sidecar as it is.
     pub fn open_existing(path: &Path) -> Result<Self> {
-        let file = File::open(path)
-            .map_err(|e| StoreError::io(format!("opening {}", path.display()), e))?;
-        Ok(Sidecar { file })
+        let what = || format!("opening {}", path.display());
+        let file = File::open(path).map_err(|e| StoreError::io(what(), e))?;
+        let meta = file.metadata().map_err(|e| StoreError::io(what(), e))?;
+        Ok(Sidecar {
+            file,
+            path: path.to_path_buf(),
+            id: identity(&meta),
+        })
+    }
+
+    /// Checks that the sidecar's path still names the file that was opened.
+    /// Blobs written to a file someone removed or replaced would be
+    /// acknowledged and then lost, so an append checks before it commits.
+    pub fn check_in_place(&self) -> Result<()> {
+        match std::fs::metadata(&self.path) {
+            Ok(m) if identity(&m) == self.id => Ok(()),
+            _ => Err(StoreError::SidecarGone(self.path.clone())),
+        }
     }
 
     /// A writer that appends at `offset` (the current blob end).
