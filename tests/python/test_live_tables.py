@@ -180,3 +180,25 @@ def test_live_tables(con, tmp_path):
     # The delete is a commit of its own: a new append number, the same blob end.
     summary = current_table(store, "files").current_snapshot().summary
     assert (summary["znippy.blob-end"], summary["znippy.append-seq"]) == (str(end), str(seq + 1))
+
+
+def test_kind_and_link_target_columns(con, tmp_path):
+    """Links and empty directories: `files.kind` and `files.link_target` say
+    what each entry is, for readers that do not decode `mode`."""
+    store, src = tmp_path / "store", tmp_path / "tree"
+    (src / "empty").mkdir(parents=True)
+    (src / "f.txt").write_bytes(b"text\n")
+    links = {"rel": "f.txt", "abs": "/etc/hostname", "dangling": "../nowhere/x"}
+    for name, target in links.items():
+        (src / name).symlink_to(target)
+    znippy(store, "create", ID)
+    znippy(store, "append", ID, str(src))
+
+    want = {("f.txt", "file", None), ("empty", "dir", None)}
+    want |= {(name, "symlink", target) for name, target in links.items()}
+    sql = (f"SELECT relative_path, kind, link_target FROM iceberg_scan('{table_dir(store, 'files')}') "
+           "WHERE NOT tombstone")
+    assert set(con.execute(sql).fetchall()) == want
+    rows = current_table(store, "files").scan(
+        selected_fields=("relative_path", "kind", "link_target")).to_arrow().to_pylist()
+    assert {(r["relative_path"], r["kind"], r["link_target"]) for r in rows} == want

@@ -15,7 +15,8 @@
 //! of workers or on timing. Memory is bounded by the pool: at most
 //! `2 × workers + 2` buffer pairs of about `chunk_size + pack_threshold` and
 //! `chunk_size` bytes, made as they are first needed, whatever the size of the
-//! input.
+//! input, plus a zstd context per worker: [`Engine::memory_bound`] adds it up,
+//! so a service can budget appends before it starts them.
 //!
 //! Each byte is copied as few times as the pipeline allows: a file is read
 //! straight into the open pack's buffer (it only moves when it turns out to be
@@ -33,7 +34,7 @@ use std::sync::{Arc, Mutex};
 use crate::error::{Error, Result};
 use crate::kind::Kind;
 use crate::layout::{BlobLoc, Closed, Layout, Piece, SliceLoc, Small};
-use crate::pages::PageBuf;
+use crate::pages::{PageBuf, HUGE_PAGE};
 use crate::path;
 use crate::props::ArchiveProps;
 use crate::row::SliceRow;
@@ -164,6 +165,19 @@ impl Engine {
     /// The next `chunk_seq` to be assigned.
     pub fn next_seq(&self) -> u64 {
         self.next_seq
+    }
+
+    /// The most memory one batch of an engine with `props` and `workers`
+    /// threads can hold, in bytes: every buffer pair its pool may make (each
+    /// buffer rounded up to whole huge pages, as it is mapped) and one zstd
+    /// context per worker, as zstd itself sizes a context for a `chunk_size`
+    /// input. The dedupe map and the rows grow with the index, not with the
+    /// payload, and are not counted.
+    pub fn memory_bound(props: ArchiveProps, workers: usize) -> u64 {
+        let workers = workers.max(1) as u64;
+        let round = |n: u64| n.div_ceil(HUGE_PAGE as u64) * HUGE_PAGE as u64;
+        let pair = round(props.chunk_size + props.pack_threshold + 1) + round(props.chunk_size);
+        (2 * workers + 2) * pair + workers * zstd_context_bytes(props.level, props.chunk_size)
     }
 
     /// Compresses one batch, writing its blobs to `sink` (which must be positioned at
@@ -551,6 +565,32 @@ pub(crate) fn encode(
     // less than the input: one that does not fit is no loss.
     let room = (input.len() - 1).min(out.len());
     z.compress_to_buffer(input, &mut out[..room]).ok()
+}
+
+/// What zstd allocates for a context at `level` given inputs of up to
+/// `input` bytes: measured, not modelled, by starting a stream of that
+/// pledged size and asking the context its size. Two things make it an upper
+/// bound: a streaming context holds a window-sized input buffer that the
+/// engine's one-shot calls do not, and the size is measured for `input`
+/// rounded up to a power of two (zstd sizes its tables by powers of two
+/// anyway). The rounding also means a process measures at most one context
+/// per level and power of two, one at a time: an ultra level's measurement
+/// briefly holds what one such context holds, up to about 1 GiB.
+fn zstd_context_bytes(level: i32, input: u64) -> u64 {
+    let input = input.next_power_of_two();
+    use zstd::zstd_safe::{zstd_sys::ZSTD_EndDirective, CCtx, CParameter, InBuffer, OutBuffer};
+    static SEEN: Mutex<BTreeMap<(i32, u64), u64>> = Mutex::new(BTreeMap::new());
+    let mut seen = SEEN.lock().unwrap_or_else(|p| p.into_inner());
+    *seen.entry((level, input)).or_insert_with(|| {
+        let mut c = CCtx::create();
+        let _ = c.set_parameter(CParameter::CompressionLevel(level));
+        let _ = c.set_pledged_src_size(Some(input));
+        let mut out = [0u8; 64];
+        let mut out = OutBuffer::around(&mut out[..]);
+        let mut one = InBuffer::around(&[0u8][..]);
+        let _ = c.compress_stream2(&mut out, &mut one, ZSTD_EndDirective::ZSTD_e_flush);
+        c.sizeof() as u64
+    })
 }
 
 fn compress_worker(level: i32, jobs: Arc<Mutex<Receiver<Job>>>, done: SyncSender<Job>) {

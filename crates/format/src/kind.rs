@@ -58,6 +58,15 @@ impl Kind {
         }
     }
 
+    /// Its name in listings and in the live store's `files.kind` column.
+    pub fn name(self) -> &'static str {
+        match self {
+            Kind::File => "file",
+            Kind::Symlink => "symlink",
+            Kind::Dir => "dir",
+        }
+    }
+
     /// The character `ls -l` shows for it.
     pub fn letter(self) -> char {
         match self {

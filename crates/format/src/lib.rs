@@ -69,7 +69,9 @@ pub use extract::{extract_all, extract_all_with, ExtractOptions, ExtractStats};
 pub use io::{CountingReader, ReadAt};
 pub use kind::{Kind, MAX_LINK_TARGET, S_IFDIR, S_IFLNK, S_IFMT, S_IFREG};
 pub use manifest::SectionEntry;
-pub use meta::{MetaRow, MetaSearch, MetaTable, MetaValue, Metadata};
+pub use meta::{
+    MetaCursor, MetaQuery, MetaRow, MetaSearch, MetaTable, MetaValue, Metadata, PageLimit,
+};
 pub use path::{check_nesting, validate as validate_path, MAX_PATH_LEN};
 pub use props::{ArchiveProps, CODEC, MAX_CHUNK_SIZE, MIN_CHUNK_SIZE};
 pub use reader::{Archive, Entry, TrieState};

@@ -107,6 +107,62 @@ pub struct MetaRow {
     pub value: MetaValue,
 }
 
+impl MetaRow {
+    /// About how many bytes the row holds: its path, key and value.
+    pub fn size(&self) -> usize {
+        let value = match &self.value {
+            MetaValue::Str(s) => s.len(),
+            MetaValue::Bytes(b) => b.len(),
+            MetaValue::I64(_) | MetaValue::F64(_) | MetaValue::Bool(_) => 8,
+        };
+        self.path.as_ref().map_or(0, String::len) + self.key.len() + value
+    }
+
+    /// Where a page that ends at this row resumes.
+    pub fn cursor(&self) -> MetaCursor {
+        MetaCursor {
+            key: self.key.clone(),
+            path: self.path.clone(),
+        }
+    }
+}
+
+/// Which facts a search asks for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum MetaQuery {
+    /// The facts whose key is exactly this.
+    Key(String),
+    /// The facts whose key starts with this.
+    Prefix(String),
+}
+
+/// A place in section order, `(key, path)`: a page resumes after it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MetaCursor {
+    /// The key of the last row seen.
+    pub key: String,
+    /// Its path; `None` for a fact about the archive (which sorts first).
+    pub path: Option<String>,
+}
+
+/// How much one page of a search holds: at most `rows` rows, and no row
+/// begins once `bytes` of rows are in it (a page has at least one row).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PageLimit {
+    /// Most rows in the page.
+    pub rows: usize,
+    /// Bytes of rows (see [`MetaRow::size`]) after which the page ends.
+    pub bytes: usize,
+}
+
+impl PageLimit {
+    /// No limit: every match in one page.
+    pub const ALL: PageLimit = PageLimit {
+        rows: usize::MAX,
+        bytes: usize::MAX,
+    };
+}
+
 /// A metadata table, kept in section order: by `(key, path)`, archive-level first.
 /// One value per `(key, path)`; setting it again replaces it.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -188,24 +244,52 @@ impl MetaTable {
 
     /// Rows whose key is exactly `key`.
     pub fn by_key(&self, key: &str) -> Vec<MetaRow> {
-        let lo = (key.to_string(), None);
-        self.rows
-            .range(lo..)
-            .take_while(|((k, _), _)| k == key)
-            .map(to_row)
-            .collect()
+        self.page(&MetaQuery::Key(key.into()), None, &PageLimit::ALL)
+            .0
     }
 
     /// Rows whose key starts with `prefix`.
     pub fn by_prefix(&self, prefix: &str) -> Vec<MetaRow> {
-        let lo = (prefix.to_string(), None);
-        self.rows
-            .range((Bound::Included(lo), Bound::Unbounded))
-            .take_while(|((k, _), _)| k.starts_with(prefix))
-            .map(to_row)
-            .collect()
+        self.page(&MetaQuery::Prefix(prefix.into()), None, &PageLimit::ALL)
+            .0
     }
 
+    /// The rows `query` matches that come after `after` in section order, up
+    /// to `limit`, and whether more follow. Only the rows returned are copied.
+    pub fn page(
+        &self,
+        query: &MetaQuery,
+        after: Option<&MetaCursor>,
+        limit: &PageLimit,
+    ) -> (Vec<MetaRow>, bool) {
+        let (start, exact) = match query {
+            MetaQuery::Key(k) => (k, true),
+            MetaQuery::Prefix(p) => (p, false),
+        };
+        let matches = |key: &str| match exact {
+            true => key == start,
+            false => key.starts_with(start.as_str()),
+        };
+        // A cursor before the first match starts at the first match.
+        let from = match after {
+            Some(c) if c.key >= *start => Bound::Excluded((c.key.clone(), c.path.clone())),
+            _ => Bound::Included((start.clone(), None)),
+        };
+        let mut hits = self
+            .rows
+            .range((from, Bound::Unbounded))
+            .take_while(|((k, _), _)| matches(k));
+        let (mut rows, mut bytes) = (Vec::new(), 0usize);
+        for row in hits.by_ref() {
+            if rows.len() == limit.rows || (!rows.is_empty() && bytes >= limit.bytes) {
+                return (rows, true);
+            }
+            let r = to_row(row);
+            bytes += r.size();
+            rows.push(r);
+        }
+        (rows, false)
+    }
     pub(crate) fn to_batch(&self) -> Result<RecordBatch> {
         let n = self.rows.len();
         let mut path = StringBuilder::new();
@@ -375,6 +459,22 @@ impl Metadata {
             Metadata::Present(t) => MetaSearch::from_rows(t.by_prefix(prefix)),
         }
     }
+
+    /// One page of a search (see [`MetaTable::page`]), and whether more follow.
+    pub fn page(
+        &self,
+        query: &MetaQuery,
+        after: Option<&MetaCursor>,
+        limit: &PageLimit,
+    ) -> (MetaSearch, bool) {
+        match self {
+            Metadata::Absent => (MetaSearch::NoSection, false),
+            Metadata::Present(t) => {
+                let (rows, more) = t.page(query, after, limit);
+                (MetaSearch::from_rows(rows), more)
+            }
+        }
+    }
 }
 
 #[cfg(test)]
@@ -417,5 +517,63 @@ mod tests {
         assert_eq!(h.len(), 3);
         assert_eq!(m.by_key("nope"), MetaSearch::NoMatch);
         assert_eq!(Metadata::Absent.by_key("lic"), MetaSearch::NoSection);
+    }
+
+    /// Paging through any search, by rows and by bytes, yields exactly the
+    /// rows of the unpaged search (the oracle), in order, each once.
+    #[test]
+    fn pages_cover_a_search_exactly() {
+        let mut t = MetaTable::new();
+        t.set(None, "k", MetaValue::Str("archive".into())).unwrap();
+        for i in 0..50 {
+            let path = format!("f{i:02}");
+            t.set(Some(&path), "k", MetaValue::Str("x".repeat(i * 10)))
+                .unwrap();
+            t.set(Some(&path), "kind", MetaValue::I64(i as i64))
+                .unwrap();
+            t.set(Some(&path), "z", MetaValue::Bool(true)).unwrap();
+        }
+        let queries = [
+            MetaQuery::Key("k".into()),
+            MetaQuery::Prefix("k".into()),
+            MetaQuery::Prefix(String::new()),
+            MetaQuery::Key("none".into()),
+        ];
+        let limits = [(1, usize::MAX), (7, usize::MAX), (1000, 1), (1000, 300)];
+        for q in &queries {
+            let all: Vec<MetaRow> = t
+                .rows()
+                .filter(|r| match q {
+                    MetaQuery::Key(k) => r.key == *k,
+                    MetaQuery::Prefix(p) => r.key.starts_with(p.as_str()),
+                })
+                .collect();
+            for (rows, bytes) in limits {
+                let limit = PageLimit { rows, bytes };
+                let (mut got, mut after, mut pages) = (Vec::new(), None, 0);
+                loop {
+                    let (page, more) = t.page(q, after.as_ref(), &limit);
+                    assert!(page.len() <= rows);
+                    // A page ends at the first row past the byte limit.
+                    let before_last: usize = page.iter().rev().skip(1).map(MetaRow::size).sum();
+                    assert!(page.len() <= 1 || before_last < bytes, "{q:?} {limit:?}");
+                    pages += 1;
+                    after = page.last().map(MetaRow::cursor);
+                    got.extend(page);
+                    if !more {
+                        break;
+                    }
+                    assert!(after.is_some(), "more follow a page with rows");
+                }
+                assert_eq!(got, all, "{q:?} {limit:?} in {pages} pages");
+            }
+        }
+        // A cursor from before the matches starts at the first one.
+        let early = MetaCursor {
+            key: "a".into(),
+            path: None,
+        };
+        let (page, _) = t.page(&MetaQuery::Key("k".into()), Some(&early), &PageLimit::ALL);
+        assert_eq!(page, t.by_key("k"));
     }
 }

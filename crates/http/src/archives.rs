@@ -118,19 +118,18 @@ pub(crate) async fn download(
     method: Method,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
-    let Some(sealed) = app.store.sealed_file(&id).await? else {
+    let Some(sealed) = app.store.open_sealed(&id).await? else {
         return Err(ApiError::new(
             StatusCode::CONFLICT,
             "not_sealed",
             format!("archive {id:?} is live; seal it first (POST /archives/{id}/seal)"),
         ));
     };
-    let file = std::fs::File::open(&sealed.path)
-        .map_err(|e| ApiError::internal(format!("opening the sealed archive: {e}")))?;
     // The sealing snapshot is unique to this archive's history, so a dropped
     // and re-created archive sealed to the same length still gets a new tag.
-    let snapshot = app.store.info(&id).await?.snapshot_id.unwrap_or_default();
+    let snapshot = sealed.snapshot_id.unwrap_or_default();
     let etag = format!("{id}-{snapshot:x}-{}", sealed.len);
+    let file = sealed.file;
     let src = Ranged {
         len: sealed.len,
         etag,

@@ -94,18 +94,29 @@ fn bad_upload(e: &(dyn std::error::Error + 'static)) -> bool {
     false
 }
 
+/// `e` and the errors beneath it.
+pub(crate) fn chain<'a>(
+    e: &'a (dyn std::error::Error + 'static),
+) -> impl Iterator<Item = &'a (dyn std::error::Error + 'static)> {
+    std::iter::successors(Some(e), |e| e.source())
+}
+
 /// Whether an I/O error somewhere in `e`'s chain is "no space left".
 fn out_of_space(e: &(dyn std::error::Error + 'static)) -> bool {
-    let mut cur = Some(e);
-    while let Some(err) = cur {
-        if let Some(io) = err.downcast_ref::<std::io::Error>() {
-            if io.raw_os_error() == Some(libc::ENOSPC) || io.raw_os_error() == Some(libc::EDQUOT) {
-                return true;
-            }
-        }
-        cur = err.source();
+    chain(e).any(|err| {
+        err.downcast_ref::<std::io::Error>()
+            .and_then(|io| io.raw_os_error())
+            .is_some_and(|n| n == libc::ENOSPC || n == libc::EDQUOT)
+    })
+}
+
+/// A request body that failed while it was read: too slow (408, see
+/// `paced.rs`), else cut off or unreadable (400).
+pub(crate) fn body_failed(e: &(dyn std::error::Error + 'static)) -> ApiError {
+    match chain(e).find_map(|err| err.downcast_ref::<crate::paced::SlowBody>()) {
+        Some(slow) => ApiError::new(StatusCode::REQUEST_TIMEOUT, "too_slow", slow.to_string()),
+        None => ApiError::bad_request("broken_body", format!("reading the request body: {e}")),
     }
-    false
 }
 
 fn format_error(e: &znippy_format::Error) -> ApiError {
@@ -140,6 +151,9 @@ impl From<StoreError> for ApiError {
             StoreError::BadId(_) => ApiError::bad_request("bad_id", msg),
             StoreError::SidecarGone(_) => {
                 ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "unavailable", msg)
+            }
+            StoreError::OverBudget { .. } => {
+                ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "over_budget", msg)
             }
             StoreError::Format(f) => format_error(f),
             StoreError::Iceberg(i) if i.kind() == iceberg::ErrorKind::CatalogCommitConflicts => {

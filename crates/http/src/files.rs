@@ -55,7 +55,7 @@ pub(crate) async fn list(
         .map(|e| {
             Ok(json!({
                 "path": e.path,
-                "type": kind_name(e.kind()?),
+                "type": e.kind()?.name(),
                 "size": e.size,
                 "mode": e.mode.map(|m| m & 0o7777),
                 "slices": e.slices,
@@ -90,7 +90,12 @@ pub(crate) async fn get_file(
         }
         let mut resp = Response::new(axum::body::Body::empty());
         let h = resp.headers_mut();
-        h.insert("x-znippy-type", HeaderValue::from_static(kind_name(kind)));
+        h.insert("x-znippy-type", HeaderValue::from_static(kind.name()));
+        // The type every GET of a file answers with, here with no bytes.
+        h.insert(
+            axum::http::header::CONTENT_TYPE,
+            HeaderValue::from_static("application/octet-stream"),
+        );
         if kind == Kind::Symlink {
             let encoded = percent_encode(&target);
             let value = HeaderValue::from_str(&encoded)
@@ -115,14 +120,6 @@ pub(crate) async fn delete_file(
     znippy_format::validate_path(&path)?;
     let snapshot = app.store.delete_file(&id, &path).await?;
     Ok(Json(json!({ "deleted": path, "snapshot_id": snapshot })))
-}
-
-fn kind_name(kind: Kind) -> &'static str {
-    match kind {
-        Kind::File => "file",
-        Kind::Symlink => "symlink",
-        Kind::Dir => "dir",
-    }
 }
 
 /// A link target as a header value: bytes outside printable ASCII, and `%`,

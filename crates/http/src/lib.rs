@@ -36,22 +36,27 @@ mod extract;
 mod files;
 mod meta;
 mod observe;
+mod paced;
 mod ranged;
 mod rest_catalog;
+mod server;
 mod unread_body;
 mod upload;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::time::Duration;
 
 use axum::extract::DefaultBodyLimit;
 use axum::routing::{get, post, put};
 use axum::Router;
 use znippy_store::Store;
+pub use znippy_store::StoreOptions;
 
 pub use error::ApiError;
 pub use observe::Metrics;
+pub use paced::MIN_PROGRESS;
 
 /// The API description served at `/openapi.json`.
 pub const OPENAPI: &str = include_str!("../../../docs/openapi.json");
@@ -76,10 +81,30 @@ pub struct Config {
     pub max_body: u64,
     /// Compression workers per append.
     pub threads: usize,
+    /// Engine memory all appends in flight share, in bytes (see
+    /// [`StoreOptions::engine_memory`]).
+    pub engine_memory: u64,
+    /// How long a connection may take to send a request's headers, counted
+    /// from when it opens and again from each response: slow headers and idle
+    /// keep-alive connections are closed after it.
+    pub header_timeout: Duration,
+    /// Each request body must bring [`MIN_PROGRESS`] bytes, or end, within
+    /// this long; otherwise the request fails with 408.
+    pub body_timeout: Duration,
+    /// How long shutdown waits for requests in flight before it closes their
+    /// connections.
+    pub shutdown_grace: Duration,
 }
+
+/// The default for [`Config::header_timeout`] and [`Config::body_timeout`].
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);
+/// The default for [`Config::shutdown_grace`]: below the 30 s a container
+/// runtime commonly waits before it kills.
+pub const DEFAULT_SHUTDOWN_GRACE: Duration = Duration::from_secs(25);
 
 impl Default for Config {
     fn default() -> Self {
+        let threads = std::thread::available_parallelism().map_or(2, |n| n.get());
         Config {
             data: PathBuf::from("znippy-data"),
             listen: SocketAddr::from(([127, 0, 0, 1], 7878)),
@@ -87,7 +112,11 @@ impl Default for Config {
             private_reads: false,
             insecure_open: false,
             max_body: DEFAULT_MAX_BODY,
-            threads: std::thread::available_parallelism().map_or(2, |n| n.get()),
+            threads,
+            engine_memory: StoreOptions::new(threads).engine_memory,
+            header_timeout: DEFAULT_TIMEOUT,
+            body_timeout: DEFAULT_TIMEOUT,
+            shutdown_grace: DEFAULT_SHUTDOWN_GRACE,
         }
     }
 }
@@ -156,6 +185,10 @@ pub fn router(store: Arc<Store>, config: Config) -> Router {
         .fallback(no_route)
         .method_not_allowed_fallback(no_method)
         .layer(DefaultBodyLimit::disable())
+        .layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            paced::pace,
+        ))
         .layer(axum::middleware::from_fn(unread_body::close_if_unread))
         .layer(axum::middleware::from_fn_with_state(
             state.clone(),
@@ -189,7 +222,7 @@ async fn openapi() -> impl axum::response::IntoResponse {
 
 /// Opens the data directory, binds, and serves until `shutdown` resolves;
 /// then stops accepting and waits for requests in flight (appends finish and
-/// commit).
+/// commit), for at most [`Config::shutdown_grace`].
 pub async fn serve(
     config: Config,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
@@ -213,21 +246,28 @@ pub async fn serve_on(
     config: Config,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> Result<(), ServeError> {
-    let store = Arc::new(Store::open(&config.data, config.threads).await?);
+    let opts = StoreOptions {
+        threads: config.threads,
+        engine_memory: config.engine_memory,
+    };
+    let store = Arc::new(Store::open_with(&config.data, opts).await?);
+    let (header_timeout, grace) = (config.header_timeout, config.shutdown_grace);
     let app = router(store.clone(), config);
     tracing::info!(addr = %listener.local_addr()?, "znippy serving");
-    axum::serve(listener, app)
-        .with_graceful_shutdown(shutdown)
-        .await?;
-    // axum returns once every connection has let go of its shutdown signal,
-    // a moment before the connection drops its copy of the router, and with
-    // it the store. Waiting for the last copy means the data directory (the
-    // catalog's lock) is free when this returns, so it can be reopened.
+    server::run(listener, app, header_timeout, grace, shutdown).await;
+    // Handlers are gone once their connections are, but a spawned seal holds
+    // the store a moment longer, and a change whose request was cut off runs
+    // to its end on a task of its own. Waiting for both means the data
+    // directory (the catalog's lock) is free when this returns.
     let mut store = store;
-    while let Err(shared) = Arc::try_unwrap(store) {
-        store = shared;
+    let store = loop {
+        match Arc::try_unwrap(store) {
+            Ok(store) => break store,
+            Err(shared) => store = shared,
+        }
         tokio::time::sleep(std::time::Duration::from_millis(1)).await;
-    }
+    };
+    store.close().await;
     Ok(())
 }
 
@@ -238,12 +278,16 @@ const MAX_JSON: usize = 1 << 20;
 pub(crate) async fn read_json<T: serde::de::DeserializeOwned>(
     body: axum::body::Body,
 ) -> Result<T, ApiError> {
-    let bytes = axum::body::to_bytes(body, MAX_JSON).await.map_err(|_| {
-        ApiError::new(
-            axum::http::StatusCode::PAYLOAD_TOO_LARGE,
-            "too_large",
-            format!("a JSON body may have at most {MAX_JSON} bytes"),
-        )
+    let bytes = axum::body::to_bytes(body, MAX_JSON).await.map_err(|e| {
+        if error::chain(&e).any(|e| e.is::<http_body_util::LengthLimitError>()) {
+            ApiError::new(
+                axum::http::StatusCode::PAYLOAD_TOO_LARGE,
+                "too_large",
+                format!("a JSON body may have at most {MAX_JSON} bytes"),
+            )
+        } else {
+            error::body_failed(&e)
+        }
     })?;
     serde_json::from_slice(&bytes)
         .map_err(|e| ApiError::bad_request("bad_body", format!("invalid JSON body: {e}")))

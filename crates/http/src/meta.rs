@@ -9,7 +9,7 @@ use axum::extract::State;
 use axum::Json;
 use serde::Deserialize;
 use serde_json::{json, Value};
-use znippy_format::{MetaRow, MetaSearch, MetaTable, MetaValue};
+use znippy_format::{MetaCursor, MetaQuery, MetaRow, MetaSearch, MetaTable, MetaValue, PageLimit};
 
 use crate::error::ApiError;
 use crate::extract::{ApiPath, ApiQuery};
@@ -20,6 +20,41 @@ use crate::{read_json, AppState};
 pub(crate) struct SearchQuery {
     key: Option<String>,
     prefix: Option<String>,
+    /// The `next` of the previous page.
+    after: Option<String>,
+    limit: Option<usize>,
+}
+
+/// Rows in a page when the client names no limit, and the most it may ask for.
+const PAGE: usize = 1000;
+const MAX_PAGE: usize = 10_000;
+/// A page ends after the row that brings it past this many bytes of values,
+/// paths and keys (a bytes value is twice that in hex): with facts of up to
+/// 1 MiB, one page stays a few MiB however many facts match.
+const PAGE_BYTES: usize = 4 << 20;
+
+/// `next`: where the page ended, as `hex(key)` for a fact about the archive
+/// or `hex(key).hex(path)`. Opaque to clients; any key and path survive it.
+fn cursor_token(c: &MetaCursor) -> String {
+    match &c.path {
+        None => hex(c.key.as_bytes()),
+        Some(p) => format!("{}.{}", hex(c.key.as_bytes()), hex(p.as_bytes())),
+    }
+}
+
+fn parse_cursor(token: &str) -> Result<MetaCursor, ApiError> {
+    let text = |h: &str| unhex(h).and_then(|b| String::from_utf8(b).ok());
+    let (key, path) = match token.split_once('.') {
+        None => (text(token), Some(None)),
+        Some((k, p)) => (text(k), text(p).map(Some)),
+    };
+    match (key, path) {
+        (Some(key), Some(path)) => Ok(MetaCursor { key, path }),
+        _ => Err(ApiError::bad_request(
+            "bad_query",
+            "after is not a next token of this search",
+        )),
+    }
 }
 
 fn hex(bytes: &[u8]) -> String {
@@ -52,9 +87,9 @@ pub(crate) async fn search(
     ApiPath(id): ApiPath<String>,
     ApiQuery(q): ApiQuery<SearchQuery>,
 ) -> Result<Json<Value>, ApiError> {
-    let found = match (q.key, q.prefix) {
-        (Some(k), None) => app.store.meta_by_key(&id, &k).await?,
-        (None, Some(p)) => app.store.meta_by_prefix(&id, &p).await?,
+    let query = match (q.key, q.prefix) {
+        (Some(k), None) => MetaQuery::Key(k),
+        (None, Some(p)) => MetaQuery::Prefix(p),
         _ => {
             return Err(ApiError::bad_request(
                 "bad_query",
@@ -62,12 +97,36 @@ pub(crate) async fn search(
             ))
         }
     };
-    let (result, rows) = match &found {
-        MetaSearch::NoSection => ("no_metadata", Vec::new()),
-        MetaSearch::NoMatch => ("no_match", Vec::new()),
-        MetaSearch::Hits(rows) => ("hits", rows.iter().map(row_json).collect()),
+    let rows = q.limit.unwrap_or(PAGE);
+    if rows == 0 || rows > MAX_PAGE {
+        return Err(ApiError::bad_request(
+            "bad_limit",
+            format!("limit must be 1..={MAX_PAGE}"),
+        ));
+    }
+    let after = q.after.as_deref().map(parse_cursor).transpose()?;
+    let limit = PageLimit {
+        rows,
+        bytes: PAGE_BYTES,
     };
-    Ok(Json(json!({ "result": result, "rows": rows })))
+    let (found, more) = app
+        .store
+        .meta_page(&id, &query, after.as_ref(), &limit)
+        .await?;
+    let (result, rows, next) = match &found {
+        MetaSearch::NoSection => ("no_metadata", Vec::new(), None),
+        MetaSearch::NoMatch => ("no_match", Vec::new(), None),
+        MetaSearch::Hits(rows) => (
+            "hits",
+            rows.iter().map(row_json).collect(),
+            rows.last()
+                .filter(|_| more)
+                .map(|r| cursor_token(&r.cursor())),
+        ),
+    };
+    Ok(Json(
+        json!({ "result": result, "rows": rows, "next": next }),
+    ))
 }
 
 #[derive(Deserialize)]
@@ -76,7 +135,9 @@ struct Fact {
     /// The file the fact is about; absent for the archive itself.
     path: Option<String>,
     key: String,
-    /// A JSON string, integer, number or boolean.
+    /// A JSON string, integer, number or boolean; an explicit `null` is kept
+    /// (and refused), not read as an absent value.
+    #[serde(default, deserialize_with = "present")]
     value: Option<Value>,
     /// A bytes value, in hex.
     bytes_hex: Option<String>,
@@ -86,6 +147,10 @@ struct Fact {
 #[serde(deny_unknown_fields)]
 struct SetMeta {
     set: Vec<Fact>,
+}
+
+fn present<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Value>, D::Error> {
+    Value::deserialize(d).map(Some)
 }
 
 fn typed(f: &Fact) -> Result<MetaValue, ApiError> {

@@ -121,7 +121,21 @@ struct Budget<'a> {
     left: u64,
 }
 
-impl Budget<'_> {
+impl<'a> Budget<'a> {
+    /// The whole limit, or 413 at once when the declared `Content-Length`
+    /// is already past it.
+    fn new(app: &'a AppState, headers: &HeaderMap) -> Result<Self, ApiError> {
+        let limit = app.config.max_body;
+        let declared = headers
+            .get(header::CONTENT_LENGTH)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.parse::<u64>().ok());
+        if declared.is_some_and(|n| n > limit) {
+            return Err(ApiError::too_large(limit));
+        }
+        Ok(Budget { app, left: limit })
+    }
+
     fn take(&mut self, n: usize) -> Result<(), ApiError> {
         self.left = self
             .left
@@ -225,7 +239,7 @@ fn body_file(path: String, mode: Option<u32>) -> (InputFile, mpsc::Sender<io::Re
 }
 
 fn broken_body(e: axum::Error) -> ApiError {
-    ApiError::bad_request("broken_body", format!("reading the request body: {e}"))
+    crate::error::body_failed(&e)
 }
 
 /// `POST /archives/{id}/files`: multipart or tar.
@@ -246,7 +260,7 @@ pub(crate) async fn post_files(
                 ApiError::bad_request("bad_body", format!("multipart without a boundary: {e}"))
             })?;
             let (tx, rx) = mpsc::channel(1);
-            let drive = drive_multipart(&app, body, boundary, tx);
+            let drive = drive_multipart(Budget::new(&app, &headers)?, body, boundary, tx);
             append_from(&app, &id, files_from(rx), drive).await
         }
         "application/x-tar" | "application/tar" => {
@@ -255,11 +269,8 @@ pub(crate) async fn post_files(
                 unreachable!("body_file makes a reader")
             };
             let entries = TarEntries::new(reader);
+            let mut budget = Budget::new(&app, &headers)?;
             let drive = async {
-                let mut budget = Budget {
-                    app: &app,
-                    left: app.config.max_body,
-                };
                 forward(body.into_data_stream(), &tx, &mut budget, broken_body).await?;
                 Ok(None)
             };
@@ -296,12 +307,9 @@ pub(crate) async fn put_file(
                 })?,
         ),
     };
+    let mut budget = Budget::new(&app, &headers)?;
     let (file, tx) = body_file(path, mode);
     let drive = async {
-        let mut budget = Budget {
-            app: &app,
-            left: app.config.max_body,
-        };
         forward(body.into_data_stream(), &tx, &mut budget, broken_body).await?;
         Ok(None)
     };
@@ -312,7 +320,7 @@ pub(crate) async fn put_file(
 /// is its archive path); a field `meta` is a fact `path=key=value`, a field
 /// `meta-archive` a fact `key=value` about the archive, typed like the CLI's.
 async fn drive_multipart(
-    app: &AppState,
+    mut budget: Budget<'_>,
     body: Body,
     boundary: String,
     files: mpsc::Sender<InputFile>,
@@ -323,9 +331,7 @@ async fn drive_multipart(
             "too_large",
             inner.to_string(),
         ),
-        multer::Error::StreamReadFailed(_) => {
-            ApiError::bad_request("broken_body", format!("reading the request body: {e}"))
-        }
+        multer::Error::StreamReadFailed(inner) => crate::error::body_failed(inner.as_ref()),
         e => ApiError::bad_request("bad_body", format!("malformed multipart body: {e}")),
     };
     // multer holds what it has read until it makes progress (a part begins, a
@@ -350,10 +356,6 @@ async fn drive_multipart(
     };
     let mut form = multer::Multipart::new(guarded, boundary);
     let mut facts = 0usize;
-    let mut budget = Budget {
-        app,
-        left: app.config.max_body,
-    };
     let mut meta: Option<MetaTable> = None;
     while let Some(mut field) = form.next_field().await.map_err(broken)? {
         held.store(0, Ordering::Relaxed);

@@ -282,6 +282,78 @@ async fn metadata_absent_empty_and_found() {
     s.stop().await;
 }
 
+/// A metadata search comes in pages, by count and by bytes: 40 facts of
+/// 1 MB are never one answer, and following `next` gives every hit once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metadata_search_pages_by_rows_and_bytes() {
+    let s = Server::start(|_| {}).await;
+    let c = client();
+    create(&c, &s, "m", true).await;
+    // Facts of about 1 MB, as multipart `meta` fields (each may be 1 MiB).
+    let big = "v".repeat(1_000_000);
+    let mut want = Vec::new();
+    for batch in 0..4 {
+        let mut form = Form::new();
+        for i in 0..10 {
+            let path = format!("f{:02}", batch * 10 + i);
+            form = form
+                .part("f", Part::bytes(b"x".to_vec()).file_name(path.clone()))
+                .text("meta", format!("{path}=blob={big}"));
+            want.push(path);
+        }
+        let r = c
+            .post(s.url("/archives/m/files"))
+            .multipart(form)
+            .send()
+            .await
+            .unwrap();
+        json(r, StatusCode::OK).await;
+    }
+    let pages = |query: &'static str| {
+        let (c, s) = (c.clone(), &s);
+        async move {
+            let (mut paths, mut sizes, mut after) = (Vec::new(), Vec::new(), None::<String>);
+            loop {
+                let mut url = s.url(&format!("/archives/m/meta?{query}"));
+                if let Some(a) = &after {
+                    url.push_str(&format!("&after={a}"));
+                }
+                let page = json(c.get(url).send().await.unwrap(), StatusCode::OK).await;
+                assert_eq!(page["result"], "hits");
+                let rows = page["rows"].as_array().unwrap();
+                sizes.push(rows.len());
+                paths.extend(rows.iter().map(|r| r["path"].as_str().unwrap().to_string()));
+                match page["next"].as_str() {
+                    Some(n) => after = Some(n.to_string()),
+                    None => return (paths, sizes),
+                }
+            }
+        }
+    };
+    // 4 MiB a page: the fifth row of 1 MB passes the mark and ends it.
+    let (paths, sizes) = pages("prefix=bl").await;
+    assert_eq!(paths, want);
+    assert_eq!(sizes, vec![5, 5, 5, 5, 5, 5, 5, 5]);
+    let (paths, sizes) = pages("key=blob&limit=3").await;
+    assert_eq!(paths, want);
+    assert_eq!(sizes.iter().sum::<usize>(), 40);
+    assert!(sizes.iter().all(|&n| n <= 3));
+    for bad in [
+        "key=blob&after=zz",
+        "key=blob&limit=0",
+        "key=blob&limit=10001",
+    ] {
+        let r = c
+            .get(s.url(&format!("/archives/m/meta?{bad}")))
+            .send()
+            .await
+            .unwrap();
+        let code = error_code(r, StatusCode::BAD_REQUEST).await;
+        assert!(code == "bad_query" || code == "bad_limit", "{bad}: {code}");
+    }
+    s.stop().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn listing_pages_cover_everything_once() {
     let s = Server::start(|_| {}).await;
@@ -498,4 +570,55 @@ async fn tar_links_and_empty_directories_are_entries() {
             ("empty".into(), "dir".into(), 0o700),
         ]
     );
+}
+
+/// Reads that race a drop of the archive answer with the archive as it was
+/// or 404 `no_archive`, never a 500 for a file pulled from under them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reads_racing_a_drop_find_the_archive_or_none() {
+    let s = Server::start(|_| {}).await;
+    let c = client();
+    for round in 0..6 {
+        let id = format!("r{round}");
+        create(&c, &s, &id, false).await;
+        put(&c, &s, &id, "x.txt", b"kept".to_vec()).await;
+        if round % 2 == 0 {
+            let r = c
+                .post(s.url(&format!("/archives/{id}/seal")))
+                .send()
+                .await
+                .unwrap();
+            json(r, StatusCode::OK).await;
+        }
+        let reads: Vec<_> = ["/files/x.txt", "/archive.znippy", "/files?prefix=", ""]
+            .iter()
+            .cycle()
+            .take(24)
+            .map(|tail| {
+                let url = s.url(&format!("/archives/{id}{tail}"));
+                let c = c.clone();
+                tokio::spawn(async move { c.get(url).send().await.unwrap() })
+            })
+            .collect();
+        let r = c
+            .delete(s.url(&format!("/archives/{id}")))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), StatusCode::NO_CONTENT);
+        for read in reads {
+            let r = read.await.unwrap();
+            let status = r.status();
+            if status == StatusCode::NOT_FOUND {
+                assert_eq!(error_code(r, status).await, "no_archive");
+            } else {
+                assert!(
+                    status.is_success() || status == StatusCode::CONFLICT,
+                    "{status}: {}",
+                    r.text().await.unwrap()
+                );
+            }
+        }
+    }
+    s.stop().await;
 }

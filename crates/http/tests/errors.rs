@@ -115,7 +115,7 @@ async fn malformed_requests_change_nothing() {
     let mp = |parts: &[(&str, Option<&str>, &[u8])], close: bool| {
         c.post(u("/archives/a/files"))
             .header("content-type", "multipart/form-data; boundary=XyZ")
-            .body(multipart("XyZ", parts, close))
+            .body(chunked(multipart("XyZ", parts, close)))
     };
     let tar = |body: Vec<u8>| {
         c.post(u("/archives/a/files"))
@@ -161,6 +161,15 @@ async fn malformed_requests_change_nothing() {
             req: c
                 .post(u("/archives"))
                 .json(&json!({"id": "n", "chunk_size": 1})),
+            status: StatusCode::BAD_REQUEST,
+            code: "bad_property",
+        },
+        Case {
+            // Over a GiB of engine memory per append: past the whole budget.
+            name: "create: over the engine-memory budget",
+            req: c.post(u("/archives")).json(
+                &json!({"id": "n", "chunk_size": 64 << 20, "pack_threshold": 1 << 20, "level": 22}),
+            ),
             status: StatusCode::BAD_REQUEST,
             code: "bad_property",
         },
@@ -216,7 +225,7 @@ async fn malformed_requests_change_nothing() {
             name: "put: too large",
             req: c
                 .put(u("/archives/a/files/big"))
-                .body(vec![7u8; MAX_BODY as usize + 1]),
+                .body(chunked(vec![7u8; MAX_BODY as usize + 1])),
             status: StatusCode::PAYLOAD_TOO_LARGE,
             code: "too_large",
         },
@@ -694,7 +703,7 @@ async fn a_refusal_that_leaves_the_body_unread_closes_the_connection() {
             "bad_method",
         ),
     ] {
-        let r = c.put(s.url(url)).body(body).send().await.unwrap();
+        let r = c.put(s.url(url)).body(chunked(body)).send().await.unwrap();
         assert_eq!(
             r.headers().get("connection").map(|v| v.as_bytes()),
             Some(&b"close"[..]),
@@ -817,5 +826,170 @@ async fn an_append_into_a_removed_sidecar_is_refused() {
     )
     .await;
     assert_eq!(after, before, "nothing was committed");
+    s.stop().await;
+}
+
+/// Opens a raw connection to `s` and sends `head` (which may stop anywhere).
+async fn raw(s: &Server, head: &str) -> tokio::net::TcpStream {
+    use tokio::io::AsyncWriteExt;
+    let addr = s.base.trim_start_matches("http://");
+    let mut conn = tokio::net::TcpStream::connect(addr).await.unwrap();
+    conn.write_all(head.as_bytes()).await.unwrap();
+    conn
+}
+
+/// Reads until the server closes the connection, which must happen within
+/// `limit` (far above the timeouts under test: a hang fails, not a slow run).
+async fn until_closed(conn: &mut tokio::net::TcpStream, limit: u64) -> String {
+    use tokio::io::AsyncReadExt;
+    let mut got = Vec::new();
+    let read = conn.read_to_end(&mut got);
+    // A reset after the response is a close too, so the read's own result
+    // does not matter; only that it ended.
+    let ended = tokio::time::timeout(std::time::Duration::from_secs(limit), read).await;
+    assert!(
+        ended.is_ok(),
+        "the server kept the connection open: {got:?}"
+    );
+    String::from_utf8_lossy(&got).into_owned()
+}
+
+/// Sends `body` one byte at a time, `gap` apart, until the peer stops reading.
+fn trickle(mut conn: tokio::net::tcp::OwnedWriteHalf, body: usize, gap: u64) {
+    use tokio::io::AsyncWriteExt;
+    tokio::spawn(async move {
+        for _ in 0..body {
+            tokio::time::sleep(std::time::Duration::from_millis(gap)).await;
+            if conn.write_all(b"x").await.is_err() {
+                break;
+            }
+        }
+    });
+}
+
+/// Slow headers, an idle keep-alive connection and an upload sent a byte at
+/// a time are cut off by their timeouts; the slow upload answers 408, holds
+/// the archive's append lock no longer, and commits nothing. A declared
+/// Content-Length past the limit is refused before any body byte is sent.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn slow_clients_are_cut_off() {
+    let s = Server::start(|c| {
+        c.max_body = MAX_BODY;
+        c.header_timeout = std::time::Duration::from_secs(1);
+        c.body_timeout = std::time::Duration::from_secs(1);
+    })
+    .await;
+    let c = client();
+    create(&c, &s, "a", false).await;
+    put(&c, &s, "a", "kept", b"kept".to_vec()).await;
+    let before = list_all(&c, &s, "a", 100).await;
+
+    // Headers that never end, and a connection idle after its response.
+    let mut half = raw(&s, "GET /healthz HTTP/1.1\r\nHost: x\r\n").await;
+    let mut idle = raw(&s, "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n").await;
+    assert_eq!(until_closed(&mut half, 20).await, "");
+    let answered = until_closed(&mut idle, 20).await;
+    assert!(
+        answered.starts_with("HTTP/1.1 200") && answered.ends_with("ok\n"),
+        "{answered}"
+    );
+
+    // An upload at 10 bytes a second: far below 64 KiB a second.
+    let conn = raw(
+        &s,
+        "PUT /archives/a/files/slow HTTP/1.1\r\nHost: x\r\nContent-Length: 100000\r\n\r\n",
+    )
+    .await;
+    let (mut read, write) = conn.into_split();
+    trickle(write, 100_000, 100);
+    let mut answer = String::new();
+    {
+        use tokio::io::AsyncReadExt;
+        let mut buf = [0u8; 4096];
+        let n = tokio::time::timeout(std::time::Duration::from_secs(20), read.read(&mut buf))
+            .await
+            .expect("the slow upload was never answered")
+            .unwrap();
+        answer.push_str(&String::from_utf8_lossy(&buf[..n]));
+    }
+    assert!(answer.starts_with("HTTP/1.1 408"), "{answer}");
+    assert!(
+        answer.contains("\"too_slow\"") && answer.contains("connection: close"),
+        "{answer}"
+    );
+    // The lock is free: the next append goes through, and the slow one left nothing.
+    put(&c, &s, "a", "next", b"next".to_vec()).await;
+    let after = list_all(&c, &s, "a", 100).await;
+    assert_eq!(after.len(), before.len() + 1);
+    assert!(after.iter().all(|(p, _)| p != "slow"));
+
+    // Refused from its head: not one byte of the declared body is sent.
+    let mut big = raw(
+        &s,
+        &format!(
+            "PUT /archives/a/files/big HTTP/1.1\r\nHost: x\r\nContent-Length: {}\r\n\r\n",
+            MAX_BODY + 1
+        ),
+    )
+    .await;
+    let answer = until_closed(&mut big, 20).await;
+    assert!(answer.starts_with("HTTP/1.1 413"), "{answer}");
+    assert!(answer.contains("\"too_large\""), "{answer}");
+    s.stop().await;
+}
+
+/// Shutdown waits for requests in flight only for its grace period: an
+/// upload still trickling in and a request whose headers never end are cut,
+/// the server returns, the data directory opens again at once, and the cut
+/// upload committed nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutdown_cuts_what_does_not_finish_within_its_grace() {
+    let s = Server::start(|c| {
+        c.body_timeout = std::time::Duration::from_secs(3600);
+        c.header_timeout = std::time::Duration::from_secs(3600);
+        c.shutdown_grace = std::time::Duration::from_secs(1);
+    })
+    .await;
+    let c = client();
+    create(&c, &s, "a", false).await;
+    put(&c, &s, "a", "kept", b"kept".to_vec()).await;
+    let _half = raw(&s, "GET /healthz HTTP/1.1\r\nHost: x\r\n").await;
+    let conn = raw(
+        &s,
+        "PUT /archives/a/files/slow HTTP/1.1\r\nHost: x\r\nContent-Length: 100000\r\n\r\nxxxx",
+    )
+    .await;
+    let (_read, write) = conn.into_split();
+    trickle(write, 100_000, 100);
+    // The append has begun: its first bytes went through the engine's budget.
+    let metrics = || async {
+        let m = c
+            .get(s.url("/metrics"))
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
+        m.lines()
+            .find_map(|l| l.strip_prefix("znippy_http_bytes_in_total "))
+            .and_then(|v| v.trim().parse::<u64>().ok())
+            .unwrap_or(0)
+    };
+    let before = metrics().await;
+    while metrics().await <= before {
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    // A restart stops the server (within its grace) and opens the same data
+    // directory again.
+    let s = tokio::time::timeout(std::time::Duration::from_secs(30), s.restart(|_| {}))
+        .await
+        .expect("shutdown waited past its grace");
+    let files: Vec<String> = list_all(&c, &s, "a", 100)
+        .await
+        .into_iter()
+        .map(|f| f.0)
+        .collect();
+    assert_eq!(files, vec!["kept".to_string()]);
     s.stop().await;
 }

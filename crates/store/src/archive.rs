@@ -26,8 +26,8 @@ use iceberg::table::Table;
 use iceberg::transaction::{ApplyTransactionAction, Transaction};
 use iceberg::{Catalog, NamespaceIdent, TableIdent};
 use znippy_format::{
-    check_file_rows, check_nesting, ArchiveProps, BatchStats, BlobRegion, Engine, Entry, InputFile,
-    Kind, MetaRow, MetaTable, Metadata, ReadAt, SliceRow,
+    check_file_rows, check_nesting, ArchiveProps, BatchStats, BlobRegion, BlobScratch, Engine,
+    Entry, InputFile, Kind, MetaRow, MetaTable, Metadata, ReadAt, SliceRow,
 };
 
 use crate::catalog::{RedbCatalog, BLOB_END_KEY};
@@ -260,7 +260,7 @@ impl LiveArchive {
         let props = crate::namespace_props(catalog, ns).await?;
         let files_ident = TableIdent::new(ns.clone(), FILES.into());
         let meta_ident = TableIdent::new(ns.clone(), META.into());
-        let files = catalog.load_table(&files_ident).await?;
+        let files = tables::upgrade_files(catalog, catalog.load_table(&files_ident).await?).await?;
         let mut meta = catalog.load_table(&meta_ident).await?;
         let append_seq = summary_u64(&files, APPEND_SEQ_KEY)?;
         if summary_u64(&meta, APPEND_SEQ_KEY)? < append_seq {
@@ -467,14 +467,7 @@ impl LiveArchive {
         let committed = match result {
             Ok((rows, stats, meta)) => {
                 let new_end = engine.blob_end();
-                let file_rows: Vec<FileRow> = rows
-                    .iter()
-                    .map(|s| FileRow {
-                        slice: s.clone(),
-                        append_seq: seq,
-                        tombstone: false,
-                    })
-                    .collect();
+                let file_rows = self.file_rows(&rows, seq, new_end)?;
                 let meta_rows = meta_log_rows(meta.iter().flat_map(|t| t.rows()), seq, false);
                 match self
                     .commit_files(catalog, seq, &file_rows, &meta_rows, new_end)
@@ -519,6 +512,34 @@ impl LiveArchive {
             blob_end: self.blob_end,
             commit_time: commit_start.elapsed(),
         })
+    }
+
+    /// The `files` rows of an append's slices, with each link's target for
+    /// the `link_target` column read back from the blob just written
+    /// (verified by its checksum).
+    fn file_rows(&self, rows: &[SliceRow], seq: u64, blob_end: u64) -> Result<Vec<FileRow>> {
+        let region = BlobRegion {
+            chunk_size: self.props.chunk_size,
+            end: blob_end,
+        };
+        let mut scratch = BlobScratch::default();
+        rows.iter()
+            .map(|s| {
+                let link_target = match Kind::of(s.mode)? {
+                    Kind::Symlink => {
+                        let target = region.read_slice(&*self.sidecar, s, &mut scratch)?;
+                        Some(String::from_utf8_lossy(target).into_owned())
+                    }
+                    Kind::File | Kind::Dir => None,
+                };
+                Ok(FileRow {
+                    slice: s.clone(),
+                    append_seq: seq,
+                    tombstone: false,
+                    link_target,
+                })
+            })
+            .collect()
     }
 
     /// What sealing needs: the live files batch by batch in append order, the
@@ -642,6 +663,7 @@ impl LiveArchive {
             },
             append_seq: seq,
             tombstone: true,
+            link_target: None,
         };
         // The file's facts go with it, so a path added again later starts bare.
         let facts: Vec<MetaRow> = match &self.meta {

@@ -37,9 +37,27 @@ pub enum StoreError {
     /// be made durable in it until the archive is reopened.
     #[error("the blob file {0:?} was removed or replaced while the service ran; restart it")]
     SidecarGone(std::path::PathBuf),
+    /// An append to the archive may hold more engine memory than the store's
+    /// whole budget, so it could never run.
+    #[error(
+        "an append to this archive may hold {need} bytes of engine memory, more than the whole \
+         budget of {budget}: use a smaller chunk_size or level, or raise the budget \
+         (znippy serve --engine-memory)"
+    )]
+    OverBudget {
+        /// The archive's bound, `Engine::memory_bound`.
+        need: u64,
+        /// The store's budget.
+        budget: u64,
+    },
     /// The caller abandoned the batch (its input failed); nothing was committed.
     #[error("append abandoned: {0}")]
     Aborted(String),
+    /// The task running a change panicked or was cancelled (the runtime is
+    /// shutting down); what it committed before stays, the rest is rolled
+    /// back on the next open.
+    #[error("an archive task failed: {0}")]
+    Task(String),
     /// Stored rows that break the store's own rules.
     #[error("corrupt live archive {0}")]
     Corrupt(String),

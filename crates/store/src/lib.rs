@@ -21,6 +21,7 @@
 //! commit protocol and its recovery are in `archive.rs`.
 
 mod archive;
+mod budget;
 pub mod catalog;
 mod error;
 mod file;
@@ -35,7 +36,11 @@ use std::sync::Arc;
 use iceberg::spec::SortOrder;
 use iceberg::{Catalog, ErrorKind, NamespaceIdent, TableCreation};
 use tokio::sync::{Mutex, OwnedMutexGuard};
-use znippy_format::{ArchiveProps, Entry, InputFile, MetaSearch, MetaTable, Metadata};
+use tokio_util::task::TaskTracker;
+use znippy_format::{
+    ArchiveProps, Entry, InputFile, MetaCursor, MetaQuery, MetaSearch, MetaTable, Metadata,
+    PageLimit,
+};
 
 use archive::LiveArchive;
 pub use archive::{AppendReceipt, SealPlan};
@@ -103,6 +108,17 @@ pub(crate) struct NsProps {
     pub archive: ArchiveProps,
     pub with_meta: bool,
     pub sealed: Option<SealedFile>,
+}
+
+/// A sealed archive's `.znippy`, open for reading.
+#[derive(Debug)]
+pub struct OpenSealed {
+    /// The file.
+    pub file: std::fs::File,
+    /// Its length.
+    pub len: u64,
+    /// The `files` snapshot it was sealed at.
+    pub snapshot_id: Option<i64>,
 }
 
 /// Where a sealed archive's `.znippy` is.
@@ -173,15 +189,27 @@ fn check_id(id: &str) -> Result<()> {
     }
 }
 
-/// Runs a change to an archive on its own task, so that a caller that goes
-/// away (a client that disconnects) cannot stop it between its commit and the
-/// update of the derived state.
-async fn run_to_end<T: Send + 'static>(
-    change: impl std::future::Future<Output = Result<T>> + Send + 'static,
-) -> Result<T> {
-    tokio::spawn(change)
-        .await
-        .map_err(|e| StoreError::Corrupt(format!("archive task failed: {e}")))?
+/// How a [`Store`] runs its appends.
+#[derive(Debug, Clone, Copy)]
+pub struct StoreOptions {
+    /// Compression workers per append.
+    pub threads: usize,
+    /// Bytes of engine memory that all appends in flight share (see
+    /// [`znippy_format::Engine::memory_bound`]): an append waits until its
+    /// bound fits, and an archive whose bound exceeds it cannot be created.
+    pub engine_memory: u64,
+}
+
+impl StoreOptions {
+    /// `threads` workers, and a budget of 1 GiB or of eight appends with the
+    /// default properties, whichever is more.
+    pub fn new(threads: usize) -> Self {
+        let default_append = znippy_format::Engine::memory_bound(ArchiveProps::default(), threads);
+        StoreOptions {
+            threads,
+            engine_memory: (1 << 30).max(8 * default_append),
+        }
+    }
 }
 
 /// One open archive.
@@ -192,7 +220,7 @@ async fn run_to_end<T: Send + 'static>(
 /// the end of a change, updated.
 pub(crate) struct Slot {
     writer: Arc<Mutex<()>>,
-    state: Mutex<LiveArchive>,
+    state: Arc<Mutex<LiveArchive>>,
 }
 
 impl Slot {
@@ -232,6 +260,9 @@ pub struct Store {
     threads: usize,
     open: Mutex<HashMap<String, Arc<Slot>>>,
     scratches: Arc<file::ScratchPool>,
+    budget: budget::Budget,
+    /// The changes running on tasks of their own (see [`Store::run_to_end`]).
+    changes: TaskTracker,
 }
 
 impl std::fmt::Debug for Store {
@@ -244,8 +275,13 @@ impl std::fmt::Debug for Store {
 
 impl Store {
     /// Opens (or creates) the store in `dir`; appends use `threads` compression
-    /// workers.
+    /// workers and the default [`StoreOptions::engine_memory`].
     pub async fn open(dir: &Path, threads: usize) -> Result<Self> {
+        Self::open_with(dir, StoreOptions::new(threads)).await
+    }
+
+    /// Opens (or creates) the store in `dir` with `opts`.
+    pub async fn open_with(dir: &Path, opts: StoreOptions) -> Result<Self> {
         for sub in ["warehouse", "blobs"] {
             std::fs::create_dir_all(dir.join(sub))
                 .map_err(|e| StoreError::io(format!("creating {}", dir.join(sub).display()), e))?;
@@ -255,13 +291,38 @@ impl Store {
         if !catalog.namespace_exists(&root).await? {
             catalog.create_namespace(&root, HashMap::new()).await?;
         }
+        let threads = opts.threads.max(1);
         Ok(Store {
             catalog,
             dir: dir.to_path_buf(),
-            threads: threads.max(1),
+            threads,
             open: Mutex::new(HashMap::new()),
             scratches: Arc::default(),
+            budget: budget::Budget::new(opts.engine_memory, threads),
+            changes: TaskTracker::new(),
         })
+    }
+
+    /// Closes the store once the changes still running have ended (an append
+    /// whose caller went away ends as soon as its input fails). When this
+    /// returns the data directory is free: another process, or another
+    /// [`Store::open`], can take it.
+    pub async fn close(self) {
+        self.changes.close();
+        self.changes.wait().await;
+    }
+
+    /// Runs a change to an archive on its own task, so that a caller that
+    /// goes away (a client that disconnects) cannot stop it between its
+    /// commit and the update of the derived state.
+    async fn run_to_end<T: Send + 'static>(
+        &self,
+        change: impl std::future::Future<Output = Result<T>> + Send + 'static,
+    ) -> Result<T> {
+        self.changes
+            .spawn(change)
+            .await
+            .map_err(|e| StoreError::Task(e.to_string()))?
     }
 
     /// The catalog, for serving it to outside readers.
@@ -281,6 +342,14 @@ impl Store {
     pub async fn create(&self, id: &str, opts: CreateOptions) -> Result<ArchiveInfo> {
         check_id(id)?;
         opts.props.validate()?;
+        // Properties the service could never append with are refused here,
+        // as any other property out of range.
+        match self.budget.need(opts.props).await {
+            Err(e @ StoreError::OverBudget { .. }) => {
+                return Err(znippy_format::Error::Property(e.to_string()).into())
+            }
+            r => r?,
+        };
         let ns = Self::ns(id);
         let props = HashMap::from([
             (P_CHUNK.to_string(), opts.props.chunk_size.to_string()),
@@ -344,16 +413,25 @@ impl Store {
             LiveArchive::open(&self.catalog, id, &ns, self.sidecar_path(id), self.threads).await?;
         let slot = Arc::new(Slot {
             writer: Arc::new(Mutex::new(())),
-            state: Mutex::new(a),
+            state: Arc::new(Mutex::new(a)),
         });
         open.insert(id.to_string(), Arc::clone(&slot));
         Ok(slot)
     }
 
+    /// The archive's state, locked, for a read: an archive dropped while the
+    /// read waited for the lock is no archive, as it is to every read after.
+    async fn live(&self, id: &str) -> Result<OwnedMutexGuard<LiveArchive>> {
+        let a = Arc::clone(&self.slot(id).await?.state).lock_owned().await;
+        if a.dropped {
+            return Err(StoreError::NoArchive(id.to_string()));
+        }
+        Ok(a)
+    }
+
     /// What the archive holds.
     pub async fn info(&self, id: &str) -> Result<ArchiveInfo> {
-        let slot = self.slot(id).await?;
-        let a = slot.state.lock().await;
+        let a = self.live(id).await?;
         Ok(ArchiveInfo {
             id: id.to_string(),
             state: if a.sealed.is_some() {
@@ -428,8 +506,11 @@ impl Store {
     {
         let slot = self.slot(id).await?;
         let catalog = self.catalog.clone();
-        run_to_end(async move {
+        let budget = self.budget.clone();
+        self.run_to_end(async move {
             let _writer = slot.writer.lock().await;
+            let props = slot.state.lock().await.props;
+            let _memory = budget.take(props).await?;
             let pending = slot.state.lock().await.begin_append()?;
             let written = match archive::write_blobs(pending, files).await {
                 Ok(w) => w,
@@ -462,7 +543,7 @@ impl Store {
         let slot = self.slot(id).await?;
         let catalog = self.catalog.clone();
         let path = path.to_string();
-        run_to_end(async move {
+        self.run_to_end(async move {
             let _writer = slot.writer.lock().await;
             let snapshot = slot.state.lock().await.delete(&catalog, &path).await?;
             slot.compact(&catalog).await;
@@ -484,15 +565,13 @@ impl Store {
     /// Opens one file for reading. The archive's lock is held only to take the
     /// file's rows, so long reads do not hold up appends.
     pub async fn open_file(&self, id: &str, path: &str) -> Result<FileReader> {
-        let slot = self.slot(id).await?;
-        let a = slot.state.lock().await;
+        let a = self.live(id).await?;
         a.open_file(path, self.scratches.clone())
     }
 
     /// Live files whose paths start with `prefix`, in path order.
     pub async fn list_files(&self, id: &str, prefix: &str) -> Result<Vec<Entry>> {
-        let slot = self.slot(id).await?;
-        let a = slot.state.lock().await;
+        let a = self.live(id).await?;
         Ok(a.entries(prefix))
     }
 
@@ -505,35 +584,56 @@ impl Store {
         after: Option<&str>,
         limit: usize,
     ) -> Result<Vec<Entry>> {
-        let slot = self.slot(id).await?;
-        let a = slot.state.lock().await;
+        let a = self.live(id).await?;
         Ok(a.entries_page(prefix, after, limit))
     }
 
-    /// Where the sealed `.znippy` of `id` is, once it is sealed.
-    pub async fn sealed_file(&self, id: &str) -> Result<Option<SealedFile>> {
-        let slot = self.slot(id).await?;
-        let a = slot.state.lock().await;
-        Ok(a.sealed.clone())
+    /// The sealed `.znippy` of `id`, open, once it is sealed. It is opened
+    /// under the archive's lock, so a drop that follows cannot pull the file
+    /// from under the reader: the open file stays readable.
+    pub async fn open_sealed(&self, id: &str) -> Result<Option<OpenSealed>> {
+        let a = self.live(id).await?;
+        let Some(sealed) = &a.sealed else {
+            return Ok(None);
+        };
+        let file = std::fs::File::open(&sealed.path)
+            .map_err(|e| StoreError::io(format!("opening {}", sealed.path.display()), e))?;
+        Ok(Some(OpenSealed {
+            file,
+            len: sealed.len,
+            snapshot_id: a.snapshot_id,
+        }))
     }
 
     /// One live file.
     pub async fn stat(&self, id: &str, path: &str) -> Result<Entry> {
-        let slot = self.slot(id).await?;
-        let a = slot.state.lock().await;
+        let a = self.live(id).await?;
         a.stat(path)
     }
 
     /// The archive's metadata (absent, or a table).
     pub async fn metadata(&self, id: &str) -> Result<Metadata> {
-        let slot = self.slot(id).await?;
-        let a = slot.state.lock().await;
+        let a = self.live(id).await?;
         Ok(a.meta.clone())
     }
 
     /// Metadata rows by exact key.
     pub async fn meta_by_key(&self, id: &str, key: &str) -> Result<MetaSearch> {
-        Ok(self.metadata(id).await?.by_key(key))
+        let query = MetaQuery::Key(key.into());
+        Ok(self.meta_page(id, &query, None, &PageLimit::ALL).await?.0)
+    }
+
+    /// One page of a metadata search, and whether more follow: only the rows
+    /// of the page are copied out of the archive's state.
+    pub async fn meta_page(
+        &self,
+        id: &str,
+        query: &MetaQuery,
+        after: Option<&MetaCursor>,
+        limit: &PageLimit,
+    ) -> Result<(MetaSearch, bool)> {
+        let a = self.live(id).await?;
+        Ok(a.meta.page(query, after, limit))
     }
 
     /// Holds the archive for sealing and returns what a seal needs. Changes
@@ -591,6 +691,7 @@ impl Store {
 
     /// Metadata rows by key prefix.
     pub async fn meta_by_prefix(&self, id: &str, prefix: &str) -> Result<MetaSearch> {
-        Ok(self.metadata(id).await?.by_prefix(prefix))
+        let query = MetaQuery::Prefix(prefix.into());
+        Ok(self.meta_page(id, &query, None, &PageLimit::ALL).await?.0)
     }
 }

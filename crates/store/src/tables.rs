@@ -2,7 +2,8 @@
 //!
 //! `files` holds one row per slice, as the container's base columns (offsets as
 //! `long`, the checksum as `fixed[32]`) plus `append_seq` (which append wrote it)
-//! and `tombstone` (a delete). `meta` holds the metadata rows plus the same two
+//! and `tombstone` (a delete), and, for readers that do not decode `mode`'s
+//! type bits, `kind` (`file`, `symlink`, `dir`) and a link's `link_target`. `meta` holds the metadata rows plus the same two
 //! bookkeeping columns. Both tables are append logs: for a path (or a meta
 //! `(key, path)`), the rows of the highest `append_seq` are the current ones, and
 //! a tombstone there means deleted.
@@ -20,6 +21,7 @@ use futures::TryStreamExt;
 use iceberg::arrow::schema_to_arrow_schema;
 use iceberg::spec::{DataFile, DataFileFormat, NestedField, PrimitiveType, Schema, Type};
 use iceberg::table::Table;
+use iceberg::transaction::{AddColumn, ApplyTransactionAction, Transaction};
 use iceberg::writer::base_writer::data_file_writer::DataFileWriterBuilder;
 use iceberg::writer::file_writer::location_generator::{
     DefaultFileNameGenerator, DefaultLocationGenerator,
@@ -29,9 +31,9 @@ use iceberg::writer::file_writer::ParquetWriterBuilder;
 use iceberg::writer::{IcebergWriter, IcebergWriterBuilder};
 use parquet::basic::{Compression, ZstdLevel};
 use parquet::file::properties::WriterProperties;
-use znippy_format::{MetaValue, SliceRow};
+use znippy_format::{Kind, MetaValue, SliceRow};
 
-use crate::catalog::{fsync_file_and_dir, local_path};
+use crate::catalog::{fsync_file_and_dir, local_path, RedbCatalog};
 use crate::error::{Result, StoreError};
 
 /// Name of the slice table.
@@ -63,6 +65,8 @@ pub fn files_schema() -> Schema {
             opt(10, "mode", Int),
             req(11, "append_seq", Long),
             req(12, "tombstone", Boolean),
+            opt(13, "kind", String),
+            opt(14, "link_target", String),
         ])
         .build()
         .expect("a static, valid schema")
@@ -97,6 +101,8 @@ pub struct FileRow {
     pub append_seq: u64,
     /// Whether it deletes the path.
     pub tombstone: bool,
+    /// A symbolic link's target (the slice's bytes), as text for SQL readers.
+    pub link_target: Option<String>,
 }
 
 /// A row of `meta`.
@@ -129,6 +135,31 @@ fn batch_for(table: &Table, cols: Vec<ArrayRef>) -> Result<RecordBatch> {
     })
 }
 
+/// Adds the columns of [`files_schema`] that `table` lacks (it was created
+/// by an earlier znippy), as optional columns its old rows read as null. A
+/// no-op on a current table.
+pub async fn upgrade_files(catalog: &RedbCatalog, table: Table) -> Result<Table> {
+    let missing = missing_columns(table.metadata().current_schema(), &files_schema());
+    if missing.is_empty() {
+        return Ok(table);
+    }
+    let tx = Transaction::new(&table);
+    let action = missing
+        .into_iter()
+        .fold(tx.update_schema(), |a, c| a.add_column(c));
+    Ok(action.apply(tx)?.commit(catalog).await?)
+}
+
+/// The columns of `want` that `current` lacks, as optional columns.
+fn missing_columns(current: &Schema, want: &Schema) -> Vec<AddColumn> {
+    want.as_struct()
+        .fields()
+        .iter()
+        .filter(|f| current.field_by_name(&f.name).is_none())
+        .map(|f| AddColumn::optional(&f.name, (*f.field_type).clone()))
+        .collect()
+}
+
 /// Arrow batch of `files` rows, with the table's field ids.
 pub fn files_batch(table: &Table, rows: &[FileRow]) -> Result<RecordBatch> {
     let mut path = StringBuilder::new();
@@ -138,6 +169,8 @@ pub fn files_batch(table: &Table, rows: &[FileRow]) -> Result<RecordBatch> {
     let mut mode = Int32Builder::new();
     let mut seq = Int64Builder::new();
     let mut tomb = BooleanBuilder::new();
+    let mut kind = StringBuilder::new();
+    let mut target = StringBuilder::new();
     for r in rows {
         let s = &r.slice;
         path.append_value(&s.relative_path);
@@ -157,6 +190,11 @@ pub fn files_batch(table: &Table, rows: &[FileRow]) -> Result<RecordBatch> {
         mode.append_option(s.mode.map(|m| m as i32));
         seq.append_value(long(r.append_seq, "append_seq")?);
         tomb.append_value(r.tombstone);
+        let k = (!r.tombstone)
+            .then(|| Kind::of(s.mode).map(Kind::name))
+            .transpose()?;
+        kind.append_option(k);
+        target.append_option(r.link_target.as_deref());
     }
     let mut cols: Vec<ArrayRef> = vec![Arc::new(path.finish())];
     cols.extend(longs.iter_mut().map(|b| Arc::new(b.finish()) as ArrayRef));
@@ -165,6 +203,8 @@ pub fn files_batch(table: &Table, rows: &[FileRow]) -> Result<RecordBatch> {
     cols.push(Arc::new(mode.finish()));
     cols.push(Arc::new(seq.finish()));
     cols.push(Arc::new(tomb.finish()));
+    cols.push(Arc::new(kind.finish()));
+    cols.push(Arc::new(target.finish()));
     batch_for(table, cols)
 }
 
@@ -327,6 +367,9 @@ pub fn file_rows(batches: &[RecordBatch]) -> Result<Vec<FileRow>> {
         let mode = col(b, "mode")?
             .as_primitive_opt::<Int32Type>()
             .ok_or_else(|| bad("mode"))?;
+        let target = col(b, "link_target")?
+            .as_string_opt::<i32>()
+            .ok_or_else(|| bad("link_target"))?;
         for r in 0..b.num_rows() {
             let mut checksum = [0u8; 32];
             checksum.copy_from_slice(sum.value(r));
@@ -345,6 +388,7 @@ pub fn file_rows(batches: &[RecordBatch]) -> Result<Vec<FileRow>> {
                 },
                 append_seq: ulong(aseq.value(r), "append_seq")?,
                 tombstone: tomb.value(r),
+                link_target: target.is_valid(r).then(|| target.value(r).to_string()),
             });
         }
     }

@@ -482,3 +482,171 @@ async fn many_appends_keep_the_tables_compact() {
     let info = store.info("c").await.unwrap();
     assert_eq!(info.appends, 150);
 }
+
+/// `files` names each entry's kind and a link's target for SQL readers, also
+/// in a table created before those columns existed: opening the archive adds
+/// them as optional columns.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn files_table_has_kind_and_link_target_columns_after_an_upgrade() {
+    use arrow_array::Array;
+    use iceberg::spec::Schema;
+    use iceberg::{Catalog, TableCreation, TableIdent};
+    use znippy_format::{Kind, S_IFDIR, S_IFLNK};
+    use znippy_store::tables;
+
+    let tmp = tempfile::tempdir().unwrap();
+    let ident = TableIdent::from_strs(["znippy", "old", tables::FILES]).unwrap();
+    {
+        let store = Store::open(tmp.path(), 2).await.unwrap();
+        create(&store, "old", false).await;
+        // `files` as an earlier znippy created it: without the last two columns.
+        let current = tables::files_schema();
+        let old_fields = current.as_struct().fields();
+        let old = Schema::builder()
+            .with_fields(old_fields[..old_fields.len() - 2].to_vec())
+            .build()
+            .unwrap();
+        assert!(old.field_by_name("kind").is_none());
+        store.catalog().purge_table(&ident).await.unwrap();
+        let creation = TableCreation::builder()
+            .name(tables::FILES.to_string())
+            .schema(old)
+            .build();
+        store
+            .catalog()
+            .create_table(ident.namespace(), creation)
+            .await
+            .unwrap();
+    }
+    let store = Store::open(tmp.path(), 2).await.unwrap();
+    let files = vec![
+        file("f", b"text"),
+        InputFile::from_bytes("l", b"../elsewhere/t".to_vec(), Some(S_IFLNK | 0o777)),
+        InputFile::from_bytes("d", Vec::new(), Some(S_IFDIR | 0o750)),
+    ];
+    store.append("old", files, None).await.unwrap();
+    store.delete_file("old", "f").await.unwrap();
+    let t = store.catalog().load_table(&ident).await.unwrap();
+    let schema = t.metadata().current_schema();
+    assert!(
+        schema.field_by_name("kind").is_some() && schema.field_by_name("link_target").is_some()
+    );
+    let batches = tables::scan_all(&t).await.unwrap();
+    let mut seen: Vec<(String, bool, Option<String>, Option<String>)> = Vec::new();
+    for b in &batches {
+        let col = |n: &str| {
+            b.column_by_name(n)
+                .unwrap()
+                .as_any()
+                .downcast_ref::<arrow_array::StringArray>()
+                .unwrap()
+                .clone()
+        };
+        let (path, kind, target) = (col("relative_path"), col("kind"), col("link_target"));
+        let tomb = b
+            .column_by_name("tombstone")
+            .unwrap()
+            .as_any()
+            .downcast_ref::<arrow_array::BooleanArray>()
+            .unwrap()
+            .clone();
+        for r in 0..b.num_rows() {
+            let opt = |a: &arrow_array::StringArray| a.is_valid(r).then(|| a.value(r).to_string());
+            seen.push((
+                path.value(r).into(),
+                tomb.value(r),
+                opt(&kind),
+                opt(&target),
+            ));
+        }
+    }
+    seen.sort();
+    let s = |x: &str| Some(x.to_string());
+    assert_eq!(
+        seen,
+        vec![
+            ("d".into(), false, s(Kind::Dir.name()), None),
+            ("f".into(), false, s(Kind::File.name()), None),
+            ("f".into(), true, None, None),
+            (
+                "l".into(),
+                false,
+                s(Kind::Symlink.name()),
+                s("../elsewhere/t")
+            ),
+        ]
+    );
+    // The store reads its rows back the same way.
+    let rows = tables::file_rows(&batches).unwrap();
+    let link = rows.iter().find(|r| r.slice.relative_path == "l").unwrap();
+    assert_eq!(link.link_target.as_deref(), Some("../elsewhere/t"));
+}
+
+/// Appends share one engine-memory budget: an archive whose one append could
+/// never fit is refused at creation, and an append that does not fit beside
+/// another waits for it (its input is not even pulled) instead of allocating.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn appends_wait_for_the_engine_memory_budget() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use znippy_format::Engine;
+    use znippy_store::StoreOptions;
+
+    let tmp = tempfile::tempdir().unwrap();
+    let one = Engine::memory_bound(props(), 2);
+    let opts = StoreOptions {
+        threads: 2,
+        engine_memory: one + one / 2,
+    };
+    let store = Arc::new(Store::open_with(tmp.path(), opts).await.unwrap());
+    create(&store, "a", false).await;
+    create(&store, "b", false).await;
+    // Level 22 with 64 MiB chunks needs far more than this budget.
+    let huge = CreateOptions {
+        props: ArchiveProps {
+            chunk_size: 64 << 20,
+            pack_threshold: 1 << 20,
+            level: 22,
+        },
+        with_meta: false,
+    };
+    let err = store.create("huge", huge).await.unwrap_err();
+    assert!(err.to_string().contains("engine memory"), "{err}");
+    assert!(matches!(
+        store.info("huge").await,
+        Err(StoreError::NoArchive(_))
+    ));
+
+    // `a` holds the budget while its input blocks on `release`.
+    let (release, held) = std::sync::mpsc::channel::<()>();
+    let a_pulled = Arc::new(AtomicBool::new(false));
+    let pulled = a_pulled.clone();
+    let a_input = std::iter::once_with(move || {
+        pulled.store(true, Ordering::SeqCst);
+        let _ = held.recv();
+        Ok(file("a.txt", b"a"))
+    });
+    let s = store.clone();
+    let a = tokio::spawn(async move { s.append_stream("a", a_input, async { Ok(None) }).await });
+    while !a_pulled.load(Ordering::SeqCst) {
+        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    }
+    let b_pulled = Arc::new(AtomicBool::new(false));
+    let pulled = b_pulled.clone();
+    let b_input = std::iter::once_with(move || {
+        pulled.store(true, Ordering::SeqCst);
+        Ok(file("b.txt", b"b"))
+    });
+    let s = store.clone();
+    let b = tokio::spawn(async move { s.append_stream("b", b_input, async { Ok(None) }).await });
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    assert!(
+        !b_pulled.load(Ordering::SeqCst),
+        "b started past the budget"
+    );
+    assert!(!b.is_finished());
+    release.send(()).unwrap();
+    a.await.unwrap().unwrap();
+    b.await.unwrap().unwrap();
+    assert!(b_pulled.load(Ordering::SeqCst));
+    assert_eq!(read(&store, "b", "b.txt").await, b"b");
+}

@@ -2,10 +2,13 @@
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::time::Duration;
 
 use anyhow::{Context, Result};
 use clap::Args;
-use znippy_http::{Config, DEFAULT_MAX_BODY};
+use znippy_http::{
+    Config, StoreOptions, DEFAULT_MAX_BODY, DEFAULT_SHUTDOWN_GRACE, DEFAULT_TIMEOUT,
+};
 
 #[derive(Args)]
 pub struct ServeArgs {
@@ -30,9 +33,28 @@ pub struct ServeArgs {
     // defaults on each run, and Config::default() counts the cores.
     #[arg(long, env = "ZNIPPY_MAX_BODY", default_value_t = DEFAULT_MAX_BODY)]
     max_body: u64,
+    /// Seconds a connection may take to send a request's headers, from when
+    /// it opens and again after each response (so also how long an idle
+    /// keep-alive connection stays open).
+    #[arg(long, env = "ZNIPPY_HEADER_TIMEOUT", default_value_t = DEFAULT_TIMEOUT.as_secs())]
+    header_timeout: u64,
+    /// Seconds within which a request body must bring 64 KiB more (or end);
+    /// a slower upload fails with 408 and commits nothing.
+    #[arg(long, env = "ZNIPPY_BODY_TIMEOUT", default_value_t = DEFAULT_TIMEOUT.as_secs())]
+    body_timeout: u64,
+    /// Seconds shutdown (SIGTERM, Ctrl-C) waits for requests in flight before
+    /// it closes their connections.
+    #[arg(long, env = "ZNIPPY_SHUTDOWN_GRACE", default_value_t = DEFAULT_SHUTDOWN_GRACE.as_secs())]
+    shutdown_grace: u64,
     /// Compression threads per append (default: all cores).
     #[arg(long)]
     threads: Option<usize>,
+    /// Bytes of compression memory all appends in flight share (default:
+    /// 1 GiB, or eight appends of default archives if that is more). An
+    /// append waits until its worst case fits; an archive whose worst case
+    /// exceeds it cannot be created.
+    #[arg(long, env = "ZNIPPY_ENGINE_MEMORY")]
+    engine_memory: Option<u64>,
     /// Log filter, e.g. info, debug, znippy=debug.
     #[arg(long, env = "ZNIPPY_LOG", default_value = "info")]
     log: String,
@@ -47,6 +69,7 @@ pub fn run(args: ServeArgs) -> Result<()> {
         .with_writer(std::io::stderr)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
+    let threads = args.threads.unwrap_or(Config::default().threads).max(1);
     let config = Config {
         data: args.data,
         listen: args.listen,
@@ -54,7 +77,13 @@ pub fn run(args: ServeArgs) -> Result<()> {
         private_reads: args.private_reads,
         insecure_open: args.insecure_open,
         max_body: args.max_body,
-        threads: args.threads.unwrap_or(Config::default().threads),
+        threads,
+        engine_memory: args
+            .engine_memory
+            .unwrap_or(StoreOptions::new(threads).engine_memory),
+        header_timeout: Duration::from_secs(args.header_timeout.max(1)),
+        body_timeout: Duration::from_secs(args.body_timeout.max(1)),
+        shutdown_grace: Duration::from_secs(args.shutdown_grace),
     };
     let rt = tokio::runtime::Runtime::new().context("starting the runtime")?;
     rt.block_on(async {

@@ -175,3 +175,13 @@ pub async fn list_all(c: &Client, s: &Server, id: &str, limit: usize) -> Vec<(St
         }
     }
 }
+
+/// `bytes` as a body of unknown length (sent chunked). A declared length
+/// past `--max-body` is refused from the request head, before the body is
+/// sent, and a client that does not wait for `100 Continue` may then see its
+/// send fail instead of the answer; tests of the limit counted as the body
+/// arrives send it chunked.
+pub fn chunked(bytes: Vec<u8>) -> reqwest::Body {
+    let one = futures::stream::once(async move { Ok::<_, std::io::Error>(bytes) });
+    reqwest::Body::wrap_stream(one)
+}

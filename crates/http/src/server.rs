@@ -1,0 +1,92 @@
+//! The accept loop: HTTP/1 connections with the timeouts a public service
+//! needs, and a shutdown that waits for requests in flight, but not forever.
+//!
+//! `axum::serve` sets no header timeout and waits at shutdown for as long as
+//! any connection stays open, so a client that sends half a request keeps the
+//! process (and the catalog's lock) alive. Here each connection is served by
+//! hyper directly:
+//!
+//! - **Header timeout**: hyper's `header_read_timeout` runs whenever the
+//!   connection waits for a request head, from its opening and again after
+//!   each response. A client that is slow to send its headers, and an idle
+//!   keep-alive connection, are both closed once it passes.
+//! - **Shutdown**: the listener closes, every connection finishes the request
+//!   it is serving and closes; those still open after the grace period are
+//!   dropped. The store's operations run to their end even so (an append cut
+//!   off mid-body commits nothing), and the caller then waits for the store.
+
+use std::time::Duration;
+
+use axum::Router;
+use hyper::server::conn::http1;
+use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::service::TowerToHyperService;
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::watch;
+use tokio::task::JoinSet;
+
+/// Serves `app` on `listener` until `shutdown` resolves, then drains the
+/// connections for at most `grace`.
+pub(crate) async fn run(
+    listener: TcpListener,
+    app: Router,
+    header_timeout: Duration,
+    grace: Duration,
+    shutdown: impl std::future::Future<Output = ()>,
+) {
+    let (stop, stopping) = watch::channel(false);
+    let mut conns = JoinSet::new();
+    tokio::pin!(shutdown);
+    loop {
+        tokio::select! {
+            () = &mut shutdown => break,
+            accepted = listener.accept() => match accepted {
+                Ok((stream, _)) => {
+                    conns.spawn(connection(stream, app.clone(), header_timeout, stopping.clone()));
+                }
+                // Out of descriptors or memory: accepting again at once would
+                // spin. Connections already open go on.
+                Err(e) => {
+                    tracing::warn!("accept: {e}");
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+            },
+            Some(_) = conns.join_next(), if !conns.is_empty() => {}
+        }
+    }
+    drop(listener);
+    let _ = stop.send(true);
+    let drained =
+        tokio::time::timeout(grace, async { while conns.join_next().await.is_some() {} }).await;
+    if drained.is_err() {
+        tracing::warn!(
+            open = conns.len(),
+            "shutdown grace of {grace:?} over: closing the connections still open"
+        );
+        conns.shutdown().await;
+    }
+}
+
+async fn connection(
+    stream: TcpStream,
+    app: Router,
+    header_timeout: Duration,
+    mut stopping: watch::Receiver<bool>,
+) {
+    let _ = stream.set_nodelay(true);
+    let conn = http1::Builder::new()
+        .timer(TokioTimer::new())
+        .header_read_timeout(header_timeout)
+        .serve_connection(TokioIo::new(stream), TowerToHyperService::new(app));
+    tokio::pin!(conn);
+    let result = tokio::select! {
+        r = conn.as_mut() => r,
+        _ = stopping.changed() => {
+            conn.as_mut().graceful_shutdown();
+            conn.await
+        }
+    };
+    if let Err(e) = result {
+        tracing::debug!("connection: {e}");
+    }
+}
