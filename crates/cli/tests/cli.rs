@@ -514,3 +514,69 @@ fn links_are_listed_got_and_extracted_as_links() {
     let long = String::from_utf8(ok(&["list", s(&deref), "--long"]).stdout).unwrap();
     assert!(long.lines().all(|l| l.starts_with('-')), "{long}");
 }
+
+/// `znippy` run without the power to read past permission bits: as root that
+/// means without CAP_DAC_OVERRIDE and CAP_DAC_READ_SEARCH (dropped from the
+/// bounding set, so the exec'd process has neither), else as it is.
+fn znippy_unprivileged(args: &[&str]) -> Output {
+    // SAFETY: geteuid has no preconditions.
+    let mut cmd = if unsafe { libc::geteuid() } == 0 {
+        let mut c = Command::new("setpriv");
+        c.args([
+            "--inh-caps=-all",
+            "--bounding-set=-dac_override,-dac_read_search",
+            "--",
+            env!("CARGO_BIN_EXE_znippy"),
+        ]);
+        c
+    } else {
+        Command::new(env!("CARGO_BIN_EXE_znippy"))
+    };
+    cmd.args(args)
+        .output()
+        .expect("run znippy (setpriv is in util-linux)")
+}
+
+#[test]
+fn unreadable_files_fail_by_name_unless_skipped() {
+    let tmp = tempfile::tempdir().unwrap();
+    let src = tmp.path().join("src");
+    std::fs::create_dir_all(src.join("locked")).unwrap();
+    std::fs::write(src.join("ok.txt"), b"readable\n").unwrap();
+    std::fs::write(src.join("secret"), b"hidden\n").unwrap();
+    std::fs::write(src.join("locked/inner"), b"hidden too\n").unwrap();
+    let mode = |p: &Path, m: u32| std::fs::set_permissions(p, std::fs::Permissions::from_mode(m));
+    mode(&src.join("secret"), 0o000).unwrap();
+    let arc = tmp.path().join("a.znippy");
+
+    // The unreadable file is an error naming it, and no archive is left.
+    let out = znippy_unprivileged(&["compress", s(&src), "-o", s(&arc)]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("secret") && err.contains("ermission denied"),
+        "{err}"
+    );
+    assert!(!arc.exists());
+
+    // --skip-unreadable leaves out the file and an unlistable directory, one
+    // warning line each, and archives the rest.
+    mode(&src.join("locked"), 0o000).unwrap();
+    let out = znippy_unprivileged(&["compress", s(&src), "-o", s(&arc), "--skip-unreadable"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    for name in ["secret", "locked"] {
+        let line = err
+            .lines()
+            .find(|l| l.contains(name))
+            .unwrap_or_else(|| panic!("{err}"));
+        assert!(
+            line.contains("skipped") && line.contains("unreadable"),
+            "{line}"
+        );
+    }
+    assert!(err.contains("2 entries skipped"), "{err}");
+    mode(&src.join("locked"), 0o755).unwrap();
+    let listed = ok(&["list", s(&arc)]);
+    assert_eq!(String::from_utf8_lossy(&listed.stdout), "ok.txt\n");
+}
