@@ -35,7 +35,6 @@
 //! # Ok::<(), znippy_format::Error>(())
 //! ```
 
-#![deny(missing_docs)]
 
 mod beneath;
 mod blobs;
