@@ -35,7 +35,6 @@
 //! # Ok::<(), znippy_format::Error>(())
 //! ```
 
-
 mod beneath;
 mod blobs;
 mod engine;

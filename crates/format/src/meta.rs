@@ -146,7 +146,8 @@ pub struct MetaCursor {
 }
 
 /// How much one page of a search holds: at most `rows` rows, and no row
-/// begins once `bytes` of rows are in it (a page has at least one row).
+/// begins once `bytes` of rows are in it. A page with a match has at least
+/// one row, whatever the limits.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct PageLimit {
     /// Most rows in the page.
@@ -275,13 +276,14 @@ impl MetaTable {
             Some(c) if c.key >= *start => Bound::Excluded((c.key.clone(), c.path.clone())),
             _ => Bound::Included((start.clone(), None)),
         };
-        let mut hits = self
+        let hits = self
             .rows
             .range((from, Bound::Unbounded))
             .take_while(|((k, _), _)| matches(k));
         let (mut rows, mut bytes) = (Vec::new(), 0usize);
-        for row in hits.by_ref() {
-            if rows.len() == limit.rows || (!rows.is_empty() && bytes >= limit.bytes) {
+        for row in hits {
+            let full = rows.len() >= limit.rows || bytes >= limit.bytes;
+            if full && !rows.is_empty() {
                 return (rows, true);
             }
             let r = to_row(row);
@@ -290,6 +292,7 @@ impl MetaTable {
         }
         (rows, false)
     }
+
     pub(crate) fn to_batch(&self) -> Result<RecordBatch> {
         let n = self.rows.len();
         let mut path = StringBuilder::new();

@@ -37,6 +37,7 @@ mod files;
 mod meta;
 mod observe;
 mod paced;
+mod parse_errors;
 mod ranged;
 mod rest_catalog;
 mod server;

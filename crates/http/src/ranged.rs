@@ -71,6 +71,9 @@ fn wanted(headers: &HeaderMap, len: u64, etag: &str) -> Wanted {
     let range = if a.is_empty() {
         match b.parse::<u64>() {
             Ok(0) => return Wanted::Unsatisfiable,
+            // Satisfiable (RFC 9110, 14.1.1), yet no Content-Range can name
+            // zero bytes: the empty representation is sent whole.
+            Ok(_) if len == 0 => return Wanted::Whole,
             Ok(n) => len.saturating_sub(n)..len,
             Err(_) => return Wanted::Whole,
         }

@@ -10,20 +10,26 @@
 //!   connection waits for a request head, from its opening and again after
 //!   each response. A client that is slow to send its headers, and an idle
 //!   keep-alive connection, are both closed once it passes.
+//! - **Parse errors**: what hyper answers a request it cannot parse is
+//!   replaced by the service's JSON error (`parse_errors.rs`).
 //! - **Shutdown**: the listener closes, every connection finishes the request
 //!   it is serving and closes; those still open after the grace period are
 //!   dropped. The store's operations run to their end even so (an append cut
 //!   off mid-body commits nothing), and the caller then waits for the store.
 
+use std::sync::PoisonError;
 use std::time::Duration;
 
 use axum::Router;
 use hyper::server::conn::http1;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::service::TowerToHyperService;
+use tokio::io::AsyncWriteExt;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
 use tokio::task::JoinSet;
+
+use crate::parse_errors;
 
 /// Serves `app` on `listener` until `shutdown` resolves, then drains the
 /// connections for at most `grace`.
@@ -74,10 +80,21 @@ async fn connection(
     mut stopping: watch::Receiver<bool>,
 ) {
     let _ = stream.set_nodelay(true);
+    // A second handle on the socket, for the JSON answer that replaces one of
+    // hyper's own (see `parse_errors.rs`).
+    let (stream, side) = match second_handle(stream) {
+        Ok(both) => both,
+        Err(e) => {
+            tracing::debug!("connection: {e}");
+            return;
+        }
+    };
+    let held = parse_errors::Held::default();
+    let io = parse_errors::HoldOwnAnswers::new(TokioIo::new(stream), held.clone());
     let conn = http1::Builder::new()
         .timer(TokioTimer::new())
         .header_read_timeout(header_timeout)
-        .serve_connection(TokioIo::new(stream), TowerToHyperService::new(app));
+        .serve_connection(io, TowerToHyperService::new(app));
     tokio::pin!(conn);
     let result = tokio::select! {
         r = conn.as_mut() => r,
@@ -86,7 +103,31 @@ async fn connection(
             conn.await
         }
     };
-    if let Err(e) = result {
+    let parse_error =
+        matches!(&result, Err(e) if e.is_parse() || e.is_parse_too_large() || e.is_parse_status());
+    if let Err(e) = &result {
         tracing::debug!("connection: {e}");
     }
+    let held = held.lock().unwrap_or_else(PoisonError::into_inner).take();
+    if let Some(bytes) = held {
+        let answer = match parse_error {
+            true => parse_errors::json_answer(&bytes).unwrap_or(bytes),
+            false => bytes,
+        };
+        let mut side = side;
+        let sent = tokio::time::timeout(header_timeout, async {
+            side.write_all(&answer).await?;
+            side.shutdown().await
+        });
+        if let Ok(Err(e)) = sent.await {
+            tracing::debug!("connection: sending the last answer: {e}");
+        }
+    }
+}
+
+/// `stream` and a second handle on the same socket.
+fn second_handle(stream: TcpStream) -> std::io::Result<(TcpStream, TcpStream)> {
+    let std = stream.into_std()?;
+    let other = std.try_clone()?;
+    Ok((TcpStream::from_std(std)?, TcpStream::from_std(other)?))
 }

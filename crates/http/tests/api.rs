@@ -122,6 +122,30 @@ async fn uploads_reads_and_seal() {
         .await
         .unwrap();
     assert_eq!(r.status(), StatusCode::RANGE_NOT_SATISFIABLE);
+    // An empty file: a suffix range is satisfiable (RFC 9110) and the empty
+    // body comes whole; a range from byte 0 is not.
+    put(&c, &s, "a", "empty", Vec::new()).await;
+    let empty = s.url("/archives/a/files/empty");
+    let r = c
+        .get(&empty)
+        .header(RANGE, "bytes=-10")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::OK);
+    assert!(r.bytes().await.unwrap().is_empty());
+    let r = c
+        .get(&empty)
+        .header(RANGE, "bytes=0-9")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        error_code(r, StatusCode::RANGE_NOT_SATISFIABLE).await,
+        "bad_range"
+    );
+    let r = c.delete(&empty).send().await.unwrap();
+    json(r, StatusCode::OK).await;
     let r = c.head(&url).send().await.unwrap();
     assert_eq!(r.status(), StatusCode::OK);
     assert_eq!(

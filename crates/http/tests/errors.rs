@@ -993,3 +993,89 @@ async fn shutdown_cuts_what_does_not_finish_within_its_grace() {
     assert_eq!(files, vec!["kept".to_string()]);
     s.stop().await;
 }
+
+/// What the server sends on a fresh connection for `request`, until it closes.
+async fn raw_exchange(s: &Server, request: &[u8]) -> Vec<u8> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let addr = s.base.trim_start_matches("http://");
+    let mut conn = tokio::net::TcpStream::connect(addr).await.unwrap();
+    // The server may answer and close before it has read all of a large
+    // head; what it sent is still there to read.
+    let _ = conn.write_all(request).await;
+    let mut got = Vec::new();
+    let read = conn.read_to_end(&mut got);
+    let ended = tokio::time::timeout(std::time::Duration::from_secs(20), read).await;
+    assert!(ended.is_ok(), "no answer: {got:?}");
+    got
+}
+
+/// Requests hyper refuses before routing (a malformed header, a request
+/// target over 64 KiB, too many headers) still answer with the service's
+/// JSON error, and the server keeps serving.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unparsable_requests_answer_json_errors() {
+    let s = Server::start(|_| {}).await;
+    let long = format!("GET /{} HTTP/1.1\r\nHost: x\r\n\r\n", "a".repeat(70_000));
+    let many: String = (0..150).map(|i| format!("X-{i}: y\r\n")).collect();
+    let many = format!("GET /healthz HTTP/1.1\r\nHost: x\r\n{many}\r\n");
+    for (request, status, code) in [
+        (
+            "GET / HTTP/1.1\r\nnot a header\r\n\r\n".to_string(),
+            400,
+            "bad_request",
+        ),
+        ("NOT HTTP AT ALL\r\n\r\n".to_string(), 400, "bad_request"),
+        (long, 414, "uri_too_long"),
+        (many, 431, "headers_too_large"),
+    ] {
+        let got = String::from_utf8(raw_exchange(&s, request.as_bytes()).await).unwrap();
+        let (head, body) = got
+            .split_once("\r\n\r\n")
+            .unwrap_or_else(|| panic!("{got}"));
+        assert!(head.starts_with(&format!("HTTP/1.1 {status} ")), "{got}");
+        assert!(head.contains("content-type: application/json"), "{got}");
+        assert!(
+            head.contains(&format!("content-length: {}", body.len())),
+            "{got}"
+        );
+        let v: Value = serde_json::from_str(body).unwrap_or_else(|_| panic!("{got}"));
+        assert_eq!(v["error"]["code"], code, "{got}");
+    }
+    let r = client().get(s.url("/healthz")).send().await.unwrap();
+    assert_eq!(r.status(), StatusCode::OK);
+    s.stop().await;
+}
+
+/// A response body that holds, byte for byte, one of hyper's own error
+/// answers is sent as it is, whether it goes out with its head or alone
+/// (the last 256 KiB piece of a streamed range), and the connection goes on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_body_that_looks_like_an_error_answer_is_sent_intact() {
+    let s = Server::start(|_| {}).await;
+    let c = client();
+    create(&c, &s, "a", false).await;
+    let answer = b"HTTP/1.1 431 Request Header Fields Too Large\r\nconnection: close\r\n\
+                   content-length: 0\r\ndate: Tue, 01 Dec 2026 21:15:31 GMT\r\n\r\n";
+    let piece = 256 << 10;
+    let mut bytes = text(3, 20 * piece);
+    bytes.extend_from_slice(answer);
+    put(&c, &s, "a", "looks", bytes.clone()).await;
+    put(&c, &s, "a", "only", answer.to_vec()).await;
+    for _ in 0..3 {
+        assert_eq!(get(&c, &s, "a", "only").await, answer);
+        let r = c
+            .get(s.url("/archives/a/files/looks"))
+            .header(
+                "range",
+                format!("bytes={}-", bytes.len() - 17 * piece - answer.len()),
+            )
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), StatusCode::PARTIAL_CONTENT);
+        let got = r.bytes().await.unwrap();
+        assert_eq!(got.len(), 17 * piece + answer.len());
+        assert!(got.ends_with(answer));
+    }
+    s.stop().await;
+}
