@@ -5,11 +5,13 @@
 //! multipart batches), large-file MB/s next to `znippy compress` of the same
 //! bytes, GET latency percentiles for random files of a live archive with
 //! 100,000 files and of the same archive sealed, and the server's peak RSS
-//! across a 4 GiB upload (memory is bounded by the engine's buffers, not the upload).
+//! across a 4 GiB upload (memory is bounded by the engine's buffers, not the upload)
+//! and across parallel metadata searches over 150 facts of 1 MB (answers come
+//! in pages, not whole).
 //! The server is the release `znippy` next to this binary (or `ZNIPPY_BIN`),
 //! run as its own process so its memory is its own. `BENCH_QUICK=1` shrinks
 //! every size for a smoke run; `BENCH_ONLY=get,rss` runs only those parts
-//! (`small`, `large`, `get`, `rss`); `BENCH_DIR` picks the disk.
+//! (`small`, `large`, `get`, `rss`, `meta`); `BENCH_DIR` picks the disk.
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
@@ -201,7 +203,7 @@ async fn main() -> Result<()> {
         std::env::var("BENCH_DIR").unwrap_or_else(|_| std::env::temp_dir().display().to_string());
     let tmp = tempfile::tempdir_in(base_dir)?;
     let c = Client::new();
-    // BENCH_ONLY=get,rss runs only those parts (small, large, get, rss).
+    // BENCH_ONLY=get,rss runs only those parts (small, large, get, rss, meta).
     let only = std::env::var("BENCH_ONLY").ok();
     let wants = |part: &str| {
         only.as_deref()
@@ -379,6 +381,74 @@ async fn main() -> Result<()> {
             peak_after,
             now,
             total as f64 / 1e6 / took.as_secs_f64()
+        );
+        drop(server);
+    }
+
+    // 5. Metadata searches: 4 clients page through 150 facts of 1 MB each.
+    if wants("meta") {
+        let server = Server::start(&bin, &tmp.path().join("meta"))?;
+        let base = server.base.clone();
+        check(
+            c.post(format!("{base}/archives"))
+                .json(&serde_json::json!({"id": "m", "metadata": true}))
+                .send()
+                .await?,
+        )
+        .await?;
+        let facts = if quick { 30 } else { 150 };
+        let value = "v".repeat(1_000_000);
+        for batch in 0..facts / 10 {
+            let mut form = Form::new();
+            for i in 0..10 {
+                let path = format!("f{:03}", batch * 10 + i);
+                form = form
+                    .part("f", Part::bytes(b"x".to_vec()).file_name(path.clone()))
+                    .text("meta", format!("{path}=blob={value}"));
+            }
+            check(
+                c.post(format!("{base}/archives/m/files"))
+                    .multipart(form)
+                    .send()
+                    .await?,
+            )
+            .await?;
+        }
+        let (peak_before, _) = server.rss_mib()?;
+        let start = Instant::now();
+        let searches = (0..4).map(|_| {
+            let (c, base) = (c.clone(), base.clone());
+            tokio::spawn(async move {
+                let (mut rows, mut after) = (0usize, None::<String>);
+                loop {
+                    let mut url = format!("{base}/archives/m/meta?prefix=");
+                    if let Some(a) = &after {
+                        url.push_str(&format!("&after={a}"));
+                    }
+                    let page: serde_json::Value =
+                        check(c.get(url).send().await?).await?.json().await?;
+                    rows += page["rows"].as_array().map_or(0, Vec::len);
+                    match page["next"].as_str() {
+                        Some(n) => after = Some(n.to_string()),
+                        None => return Ok::<_, anyhow::Error>(rows),
+                    }
+                }
+            })
+        });
+        for s in searches.collect::<Vec<_>>() {
+            let rows = s.await??;
+            if rows != facts {
+                bail!("a search paged through {rows} facts, not {facts}");
+            }
+        }
+        let took = start.elapsed();
+        let (peak_after, now) = server.rss_mib()?;
+        println!(
+            "| 4 parallel searches through {facts} facts of 1 MB: server peak RSS before / after | {:.1} / {:.1} MiB ({:.1} MiB now); {} |",
+            peak_before,
+            peak_after,
+            now,
+            ms(took)
         );
         drop(server);
     }
