@@ -66,6 +66,15 @@ pub enum Error {
         /// The path already there (or added with it).
         other: String,
     },
+    /// Two names that are one name in Unicode normalization form C: a file
+    /// system that normalizes names would extract them onto one file.
+    #[error("{path} and {other} cannot both be in the archive: they are one name in Unicode normalization form C, and would be one file where names are normalized (macOS)")]
+    UnicodeTwin {
+        /// The path being added.
+        path: String,
+        /// The path already there (or added with it).
+        other: String,
+    },
     /// The requested path is not in the archive.
     #[error("no such file in the archive: {0}")]
     NotFound(String),

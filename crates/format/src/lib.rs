@@ -70,7 +70,7 @@ pub use manifest::SectionEntry;
 pub use meta::{
     MetaCursor, MetaQuery, MetaRow, MetaSearch, MetaTable, MetaValue, Metadata, PageLimit,
 };
-pub use path::{check_nesting, validate as validate_path, MAX_PATH_LEN};
+pub use path::{check_nesting, check_twins, nfc, validate as validate_path, MAX_PATH_LEN};
 pub use props::{ArchiveProps, CODEC, MAX_CHUNK_SIZE, MIN_CHUNK_SIZE};
 pub use reader::{Archive, Entry, TrieState};
 pub use repack::{repack, RepackStats};

@@ -5,6 +5,17 @@
 //! (C0, DEL, C1). Writers refuse anything else;
 //! readers run the same check before touching the file system, so an archive cannot
 //! make extraction write outside its target directory.
+//!
+//! Names are stored as given, not normalized. Writers refuse what no file
+//! system could hold at once: an entry below a file or link
+//! ([`check_nesting`]), and two names that are one name in Unicode
+//! normalization form C ([`check_twins`]), which a file system that
+//! normalizes names (macOS) would extract onto one file.
+
+use std::borrow::Cow;
+use std::collections::hash_map::{Entry, HashMap};
+
+use unicode_normalization::{is_nfc_quick, IsNormalized, UnicodeNormalization};
 
 use crate::error::{Error, Result};
 
@@ -76,6 +87,55 @@ pub fn check_nesting<'a>(
     Ok(())
 }
 
+/// `path` in Unicode normalization form C: borrowed when it is in it already
+/// (every ASCII path is).
+pub fn nfc(path: &str) -> Cow<'_, str> {
+    if is_nfc_quick(path.chars()) == IsNormalized::Yes {
+        return Cow::Borrowed(path);
+    }
+    let normal: String = path.nfc().collect();
+    match normal == path {
+        true => Cow::Borrowed(path),
+        false => Cow::Owned(normal),
+    }
+}
+
+/// Refuses two names that are one in NFC (`café` precomposed and `cafe` with
+/// a combining accent). `paths` must hold every path of the result that is
+/// not in NFC (others may come too, and a path may come twice);
+/// `contains(p)` answers for every path of the result. A twin needs a name
+/// not in NFC, so the caller passes only those it keeps track of.
+pub fn check_twins<'a>(
+    paths: impl IntoIterator<Item = &'a str>,
+    contains: impl Fn(&str) -> bool,
+) -> Result<()> {
+    let mut seen: HashMap<String, &str> = HashMap::new();
+    for path in paths {
+        let Cow::Owned(key) = nfc(path) else {
+            continue;
+        };
+        if contains(&key) {
+            return Err(Error::UnicodeTwin {
+                path: path.to_string(),
+                other: key,
+            });
+        }
+        match seen.entry(key) {
+            Entry::Occupied(o) if *o.get() != path => {
+                return Err(Error::UnicodeTwin {
+                    path: path.to_string(),
+                    other: o.get().to_string(),
+                })
+            }
+            Entry::Occupied(_) => {}
+            Entry::Vacant(v) => {
+                v.insert(path);
+            }
+        }
+    }
+    Ok(())
+}
+
 /// The first of `sorted` paths that lies below `p/`.
 pub(crate) fn first_below(sorted: &[&str], p: &str) -> Option<String> {
     let dir = format!("{p}/");
@@ -88,7 +148,27 @@ pub(crate) fn first_below(sorted: &[&str], p: &str) -> Option<String> {
 
 #[cfg(test)]
 mod tests {
-    use super::validate;
+    use super::{check_twins, nfc, validate};
+
+    #[test]
+    fn refuses_names_that_are_one_in_nfc() {
+        let composed = "docs/caf\u{e9}.txt";
+        let decomposed = "docs/cafe\u{301}.txt";
+        assert_eq!(nfc(decomposed), composed);
+        assert!(matches!(nfc(composed), std::borrow::Cow::Borrowed(_)));
+        let paths = [composed, decomposed];
+        let has = |p: &str| paths.contains(&p);
+        let err = check_twins(paths, has).unwrap_err();
+        assert!(err.to_string().contains("normalization"), "{err}");
+        // Two spellings not in NFC of one name, with no NFC one beside them.
+        let other = "docs/cafe\u{301}\u{301}.txt";
+        assert!(check_twins([other, other], |_| false).is_ok());
+        let twins = ["A\u{30a}", "\u{212b}"]; // Å as A + ring, and the angstrom sign
+        assert_eq!(nfc(twins[0]), nfc(twins[1]));
+        assert!(check_twins(twins, |_| false).is_err());
+        // A path that comes again (a replace) is not its own twin.
+        assert!(check_twins([decomposed, decomposed], |p| p == decomposed).is_ok());
+    }
 
     #[test]
     fn accepts_normal_paths() {

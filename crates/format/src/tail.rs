@@ -164,7 +164,8 @@ fn check_rows(tail: &Tail<'_>) -> Result<()> {
     check_tail_nesting(tail.rows)
 }
 
-/// No entry below a file or a link: `x` and `x/y` extract nowhere.
+/// No entry below a file or a link (`x` and `x/y` extract nowhere), and no
+/// two names that are one in NFC.
 fn check_tail_nesting(rows: &[SliceRow]) -> Result<()> {
     let mut dirs: HashMap<&str, bool> = HashMap::with_capacity(rows.len());
     for r in rows {
@@ -177,7 +178,8 @@ fn check_tail_nesting(rows: &[SliceRow]) -> Result<()> {
         dirs.iter().map(|(p, d)| (*p, *d)),
         |p| dirs.get(p).copied(),
         |p| path::first_below(&sorted, p),
-    )
+    )?;
+    path::check_twins(sorted.iter().copied(), |p| dirs.contains_key(p))
 }
 
 /// A writer that knows its archive offset, pads sections to [`ALIGN`] and

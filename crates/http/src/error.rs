@@ -128,7 +128,9 @@ fn format_error(e: &znippy_format::Error) -> ApiError {
         F::Property(_) => ApiError::bad_request("bad_property", msg),
         F::Meta(_) => ApiError::bad_request("bad_meta", msg),
         F::NotFound(_) => ApiError::new(StatusCode::NOT_FOUND, "no_file", msg),
-        F::PathConflict { .. } => ApiError::new(StatusCode::CONFLICT, "path_conflict", msg),
+        F::PathConflict { .. } | F::UnicodeTwin { .. } => {
+            ApiError::new(StatusCode::CONFLICT, "path_conflict", msg)
+        }
         F::Checksum(_) | F::Corrupt(_) | F::NotAnArchive(_) | F::UnsupportedVersion { .. } => {
             ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "corrupt", msg)
         }

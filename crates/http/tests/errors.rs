@@ -1079,3 +1079,59 @@ async fn a_body_that_looks_like_an_error_answer_is_sent_intact() {
     }
     s.stop().await;
 }
+
+/// Two names that are one in NFC (precomposed `é`, and `e` with a combining
+/// accent) cannot both be live: each way round, in one batch, and after a
+/// restart; a deleted name frees its spelling.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn names_that_are_one_in_nfc_are_refused() {
+    let s = Server::start(|_| {}).await;
+    let c = client();
+    create(&c, &s, "u", false).await;
+    let (composed, decomposed) = ("caf%C3%A9", "cafe%CC%81");
+    let put_status = |path: &'static str| {
+        let (c, url) = (c.clone(), s.url(&format!("/archives/u/files/{path}")));
+        async move { c.put(url).body("x").send().await.unwrap() }
+    };
+    assert_eq!(put_status(composed).await.status(), StatusCode::OK);
+    let r = put_status(decomposed).await;
+    assert_eq!(error_code(r, StatusCode::CONFLICT).await, "path_conflict");
+    let batch = reqwest::multipart::Form::new()
+        .part(
+            "f",
+            reqwest::multipart::Part::bytes(b"1".to_vec()).file_name("d/x\u{e9}"),
+        )
+        .part(
+            "f",
+            reqwest::multipart::Part::bytes(b"2".to_vec()).file_name("d/xe\u{301}"),
+        );
+    let r = c
+        .post(s.url("/archives/u/files"))
+        .multipart(batch)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(error_code(r, StatusCode::CONFLICT).await, "path_conflict");
+    let r = c
+        .delete(s.url(&format!("/archives/u/files/{composed}")))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::OK);
+    assert_eq!(put_status(decomposed).await.status(), StatusCode::OK);
+    let s = s.restart(|_| {}).await;
+    let r = c
+        .put(s.url(&format!("/archives/u/files/{composed}")))
+        .body("x")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(error_code(r, StatusCode::CONFLICT).await, "path_conflict");
+    let files: Vec<String> = list_all(&c, &s, "u", 100)
+        .await
+        .into_iter()
+        .map(|f| f.0)
+        .collect();
+    assert_eq!(files, vec!["cafe\u{301}".to_string()]);
+    s.stop().await;
+}

@@ -17,7 +17,8 @@
 //! forward on open: the meta data files named in the `files` summary are
 //! committed to `meta`.
 
-use std::collections::{BTreeMap, HashMap};
+use std::borrow::Cow;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -26,8 +27,8 @@ use iceberg::table::Table;
 use iceberg::transaction::{ApplyTransactionAction, Transaction};
 use iceberg::{Catalog, NamespaceIdent, TableIdent};
 use znippy_format::{
-    check_file_rows, check_nesting, ArchiveProps, BatchStats, BlobRegion, BlobScratch, Engine,
-    Entry, InputFile, Kind, MetaRow, MetaTable, Metadata, ReadAt, SliceRow,
+    check_file_rows, check_nesting, check_twins, nfc, ArchiveProps, BatchStats, BlobRegion,
+    BlobScratch, Engine, Entry, InputFile, Kind, MetaRow, MetaTable, Metadata, ReadAt, SliceRow,
 };
 
 use crate::catalog::{RedbCatalog, BLOB_END_KEY};
@@ -153,6 +154,9 @@ pub struct LiveArchive {
     pub(crate) append_seq: u64,
     pub(crate) snapshot_id: Option<i64>,
     pub(crate) live: BTreeMap<String, LiveFile>,
+    /// The live paths not in Unicode normalization form C (derived from
+    /// `live`): what [`check_twins`] needs to compare a batch against.
+    unnormalized: BTreeSet<String>,
     pub(crate) meta: Metadata,
     pub(crate) sealed: Option<SealedFile>,
     /// Whether any committed row is dead (replaced or deleted): then the sidecar
@@ -297,6 +301,11 @@ impl LiveArchive {
             blob_end,
             append_seq,
             snapshot_id: files.metadata().current_snapshot_id(),
+            unnormalized: live
+                .keys()
+                .filter(|p| matches!(nfc(p), Cow::Owned(_)))
+                .cloned()
+                .collect(),
             live,
             meta,
             sealed: props.sealed,
@@ -402,8 +411,9 @@ impl LiveArchive {
     }
 
     /// Refuses a batch that would put a path below a live file or link, or a
-    /// file above live paths: `x` and `x/y` cannot both be extracted.
-    fn check_nesting(&self, rows: &[SliceRow]) -> Result<()> {
+    /// file above live paths (`x` and `x/y` cannot both be extracted), or a
+    /// name that is a live one in NFC.
+    fn check_names(&self, rows: &[SliceRow]) -> Result<()> {
         let is_dir = |mode| Kind::of(mode).is_ok_and(|k| k == Kind::Dir);
         let mut batch: BTreeMap<&str, bool> = BTreeMap::new();
         for r in rows {
@@ -425,7 +435,7 @@ impl LiveArchive {
                 .flatten()
                 .find(|q| q.starts_with(&dir))
         };
-        Ok(check_nesting(
+        check_nesting(
             batch.iter().map(|(p, d)| (*p, *d)),
             |p| {
                 batch.get(p).copied().or_else(|| {
@@ -435,6 +445,11 @@ impl LiveArchive {
                 })
             },
             below,
+        )?;
+        let unnormalized = self.unnormalized.iter().map(String::as_str);
+        Ok(check_twins(
+            unnormalized.chain(batch.keys().copied()),
+            |p| batch.contains_key(p) || self.live.contains_key(p),
         )?)
     }
 
@@ -462,7 +477,7 @@ impl LiveArchive {
         let seq = self.append_seq + 1;
         let commit_start = std::time::Instant::now();
         let result = result
-            .and_then(|r| self.check_nesting(&r.0).map(|_| r))
+            .and_then(|r| self.check_names(&r.0).map(|_| r))
             .and_then(|r| self.sidecar.check_in_place().map(|_| r));
         let committed = match result {
             Ok((rows, stats, meta)) => {
@@ -585,6 +600,9 @@ impl LiveArchive {
         let mut replaced = false;
         for (path, mut rows) in by_path {
             rows.sort_by_key(|r| r.fdata_offset);
+            if matches!(nfc(&path), Cow::Owned(_)) {
+                self.unnormalized.insert(path.clone());
+            }
             replaced |= self
                 .live
                 .insert(
@@ -678,6 +696,7 @@ impl LiveArchive {
             .commit_files(catalog, seq, &[tomb], &meta_tombs, self.blob_end)
             .await?;
         self.live.remove(path);
+        self.unnormalized.remove(path);
         self.dead = true;
         self.engine = Some(self.fresh_engine()?);
         self.append_seq = seq;
