@@ -6,7 +6,6 @@ Run: ZNIPPY_BIN=target/debug/znippy python -m pytest -q tests/python
 """
 
 import importlib.util
-import os
 import random
 import subprocess
 import sys
@@ -16,6 +15,8 @@ import blake3
 import duckdb
 import pytest
 
+from binary import znippy_bin
+
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLE = REPO / "examples" / "read_index.py"
 
@@ -23,16 +24,6 @@ EXAMPLE = REPO / "examples" / "read_index.py"
 _spec = importlib.util.spec_from_file_location("read_index", EXAMPLE)
 ri = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(ri)
-
-
-def _znippy_bin():
-    env = os.environ.get("ZNIPPY_BIN")
-    if env:
-        return env
-    built = REPO / "target" / "debug" / "znippy"
-    if built.exists():
-        return str(built)
-    pytest.skip("set ZNIPPY_BIN to a built znippy binary")
 
 
 LARGE = "data/sub/large.bin"
@@ -72,7 +63,7 @@ def tree(tmp_path_factory):
 def archive(tree, tmp_path_factory):
     root, _ = tree
     out = tmp_path_factory.mktemp("out") / "a.znippy"
-    cmd = [_znippy_bin(), "compress", str(root), "-o", str(out)]
+    cmd = [znippy_bin(), "compress", str(root), "-o", str(out)]
     for path, kv in META.items():
         for key, (text, *_) in kv.items():
             cmd += ["--meta", f"{path}={key}={text}"]
@@ -197,14 +188,14 @@ def test_manifest_hashes_and_layout(archive):
 def test_no_meta_section_without_metadata(tree, tmp_path):
     root, _ = tree
     out = tmp_path / "plain.znippy"
-    subprocess.run([_znippy_bin(), "compress", str(root), "-o", str(out)], check=True,
+    subprocess.run([znippy_bin(), "compress", str(root), "-o", str(out)], check=True,
                    capture_output=True)
     assert ri.read_section(out, ri.META) is None
     assert ri.read_section(out, ri.LOOKUP) is not None
 
 
 def test_cli_list_agrees_with_lookup(archive, lookup):
-    out = subprocess.run([_znippy_bin(), "list", str(archive)], check=True,
+    out = subprocess.run([znippy_bin(), "list", str(archive)], check=True,
                          capture_output=True, text=True, encoding="utf-8").stdout
     assert set(out.splitlines()) == set(lookup.column("relative_path").to_pylist())
 

@@ -28,6 +28,8 @@ from pathlib import Path
 
 import pytest
 
+from binary import znippy_bin
+
 MAX_EXAMPLES = int(os.environ.get("ZNIPPY_ST_MAX_EXAMPLES", "30"))
 SEED = int(os.environ.get("ZNIPPY_ST_SEED", "1"))
 ST_TIMEOUT = float(os.environ.get("ZNIPPY_ST_TIMEOUT", "120"))
@@ -59,21 +61,6 @@ include-operation-id = "appendFiles"
 checks.positive_data_acceptance.enabled = false
 """
 
-REPO = Path(__file__).resolve().parents[2]
-
-
-def _znippy_bin():
-    env = os.environ.get("ZNIPPY_BIN")
-    if env:
-        return env
-    built = REPO / "target" / "debug" / "znippy"
-    if built.exists():
-        return str(built)
-    if os.environ.get("CI"):
-        pytest.fail("no znippy binary: set ZNIPPY_BIN (CI never skips this test)")
-    pytest.skip("set ZNIPPY_BIN to a built znippy binary")
-
-
 def _st_command():
     """The schemathesis CLI of this interpreter's environment."""
     st = Path(sys.executable).with_name("st")
@@ -85,7 +72,7 @@ def _st_command():
 @pytest.fixture
 def service(tmp_path):
     """A running `znippy serve`: yields (base_url, token)."""
-    binary = _znippy_bin()
+    binary = znippy_bin()
     token = secrets.token_hex(16)
     data = tmp_path / "data"
     log = open(tmp_path / "serve.log", "wb")

@@ -13,7 +13,6 @@ Run: ZNIPPY_BIN=target/debug/znippy python -m pytest -q tests/python/test_rest_c
 
 import importlib.util
 import json
-import os
 import random
 import selectors
 import signal
@@ -30,7 +29,7 @@ import pytest
 from pyiceberg.catalog.rest import RestCatalog
 from pyiceberg.exceptions import NoSuchNamespaceError, NoSuchTableError, RESTError
 
-REPO = Path(__file__).resolve().parents[2]
+from binary import znippy_bin
 
 # Safety nets only: nothing below waits for time to pass, these bound a hang.
 START_TIMEOUT = 120
@@ -60,16 +59,6 @@ ORDER BY key, relative_path NULLS FIRST
 
 TYPE_NAMES = ["str", "i64", "f64", "bool", "bytes"]  # value_type 0..4
 VALUE_COLS = ["v_str", "v_i64", "v_f64", "v_bool", "v_bytes"]
-
-
-def _znippy_bin():
-    env = os.environ.get("ZNIPPY_BIN")
-    if env:
-        return env
-    built = REPO / "target" / "debug" / "znippy"
-    if built.exists():
-        return str(built)
-    pytest.skip("set ZNIPPY_BIN to a built znippy binary")
 
 
 # --------------------------------------------------------------------------
@@ -188,7 +177,7 @@ def server(tmp_path):
     log = tmp_path / "serve.log"
     with open(log, "wb") as stderr:
         proc = subprocess.Popen(
-            [_znippy_bin(), "serve", "--data", str(tmp_path / "data"),
+            [znippy_bin(), "serve", "--data", str(tmp_path / "data"),
              "--listen", "127.0.0.1:0", "--threads", "2", "--log", "info"],
             stdout=subprocess.PIPE, stderr=stderr, stdin=subprocess.DEVNULL)
     try:
