@@ -413,14 +413,7 @@ async fn health_metrics_and_openapi() {
     get(&c, &s, "m", "x").await;
     let r = c.get(s.url("/healthz")).send().await.unwrap();
     assert_eq!(r.status(), StatusCode::OK);
-    let m = c
-        .get(s.url("/metrics"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let m = metrics(&c, &s).await;
     for needle in [
         "znippy_http_requests_total{method=\"PUT\",status=\"200\"} 1",
         "znippy_http_bytes_in_total 10000",

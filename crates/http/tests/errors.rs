@@ -962,22 +962,16 @@ async fn shutdown_cuts_what_does_not_finish_within_its_grace() {
     let (_read, write) = conn.into_split();
     trickle(write, 100_000, 100);
     // The append has begun: its first bytes went through the engine's budget.
-    let metrics = || async {
-        let m = c
-            .get(s.url("/metrics"))
-            .send()
+    let bytes_in = || async {
+        metrics(&c, &s)
             .await
-            .unwrap()
-            .text()
-            .await
-            .unwrap();
-        m.lines()
+            .lines()
             .find_map(|l| l.strip_prefix("znippy_http_bytes_in_total "))
             .and_then(|v| v.trim().parse::<u64>().ok())
             .unwrap_or(0)
     };
-    let before = metrics().await;
-    while metrics().await <= before {
+    let before = bytes_in().await;
+    while bytes_in().await <= before {
         tokio::time::sleep(std::time::Duration::from_millis(20)).await;
     }
     // A restart stops the server (within its grace) and opens the same data

@@ -37,14 +37,19 @@ impl Budget {
         }
     }
 
-    /// What one append with `props` may hold, checked against the whole budget.
-    /// Measuring a zstd context can take most of a second at an ultra level,
-    /// so it runs off the async threads.
-    pub(crate) async fn need(&self, props: ArchiveProps) -> Result<u32> {
+    /// What one append with `props` may hold. Measuring a zstd context can
+    /// take most of a second at an ultra level, so it runs off the async
+    /// threads; callers do it once per archive (at create and at open), not
+    /// per append.
+    pub(crate) async fn bound(&self, props: ArchiveProps) -> Result<u64> {
         let workers = self.workers;
-        let bytes = tokio::task::spawn_blocking(move || Engine::memory_bound(props, workers))
+        tokio::task::spawn_blocking(move || Engine::memory_bound(props, workers))
             .await
-            .map_err(|e| StoreError::Task(e.to_string()))?;
+            .map_err(|e| StoreError::Task(e.to_string()))
+    }
+
+    /// `bytes` in the budget's units, if they fit in the whole budget.
+    pub(crate) fn check(&self, bytes: u64) -> Result<u32> {
         if bytes > self.bytes {
             return Err(StoreError::OverBudget {
                 need: bytes,
@@ -54,10 +59,10 @@ impl Budget {
         Ok(bytes.div_ceil(UNIT) as u32)
     }
 
-    /// Waits until an append with `props` fits, and holds its share until the
-    /// permit is dropped.
-    pub(crate) async fn take(&self, props: ArchiveProps) -> Result<OwnedSemaphorePermit> {
-        let units = self.need(props).await?;
+    /// Waits until an append bounded by `bytes` fits, and holds its share
+    /// until the permit is dropped.
+    pub(crate) async fn take(&self, bytes: u64) -> Result<OwnedSemaphorePermit> {
+        let units = self.check(bytes)?;
         Arc::clone(&self.permits)
             .acquire_many_owned(units)
             .await

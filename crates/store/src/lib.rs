@@ -221,6 +221,9 @@ impl StoreOptions {
 pub(crate) struct Slot {
     writer: Arc<Mutex<()>>,
     state: Arc<Mutex<LiveArchive>>,
+    /// What one append to it may hold ([`znippy_format::Engine::memory_bound`]
+    /// of its properties, which never change): taken from the budget.
+    engine_bound: u64,
 }
 
 impl Slot {
@@ -344,12 +347,10 @@ impl Store {
         opts.props.validate()?;
         // Properties the service could never append with are refused here,
         // as any other property out of range.
-        match self.budget.need(opts.props).await {
-            Err(e @ StoreError::OverBudget { .. }) => {
-                return Err(znippy_format::Error::Property(e.to_string()).into())
-            }
-            r => r?,
-        };
+        let bound = self.budget.bound(opts.props).await?;
+        if let Err(e @ StoreError::OverBudget { .. }) = self.budget.check(bound) {
+            return Err(znippy_format::Error::Property(e.to_string()).into());
+        }
         let ns = Self::ns(id);
         let props = HashMap::from([
             (P_CHUNK.to_string(), opts.props.chunk_size.to_string()),
@@ -411,9 +412,11 @@ impl Store {
         }
         let a =
             LiveArchive::open(&self.catalog, id, &ns, self.sidecar_path(id), self.threads).await?;
+        let engine_bound = self.budget.bound(a.props).await?;
         let slot = Arc::new(Slot {
             writer: Arc::new(Mutex::new(())),
             state: Arc::new(Mutex::new(a)),
+            engine_bound,
         });
         open.insert(id.to_string(), Arc::clone(&slot));
         Ok(slot)
@@ -509,8 +512,7 @@ impl Store {
         let budget = self.budget.clone();
         self.run_to_end(async move {
             let _writer = slot.writer.lock().await;
-            let props = slot.state.lock().await.props;
-            let _memory = budget.take(props).await?;
+            let _memory = budget.take(slot.engine_bound).await?;
             let pending = slot.state.lock().await.begin_append()?;
             let written = match archive::write_blobs(pending, files).await {
                 Ok(w) => w,

@@ -185,3 +185,10 @@ pub fn chunked(bytes: Vec<u8>) -> reqwest::Body {
     let one = futures::stream::once(async move { Ok::<_, std::io::Error>(bytes) });
     reqwest::Body::wrap_stream(one)
 }
+
+/// The server's `/metrics` text.
+pub async fn metrics(c: &Client, s: &Server) -> String {
+    let r = c.get(s.url("/metrics")).send().await.unwrap();
+    assert_eq!(r.status(), StatusCode::OK);
+    r.text().await.unwrap()
+}
