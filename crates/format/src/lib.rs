@@ -21,6 +21,26 @@
 //!
 //! The byte-level contract is `docs/format.md` in the repository.
 //!
+//! Modules, from the bytes up:
+//!
+//! - Layout and encoding: `props.rs` (archive properties), `path.rs` (the one
+//!   path validator), `kind.rs` (file, link, directory), `row.rs` (slice rows),
+//!   `schema.rs` (every section's Arrow schema), `ipc.rs` (Arrow IPC sections,
+//!   bounded), `manifest.rs`, `trie.rs` (the fst path map), `meta.rs` (the
+//!   metadata table).
+//! - Writing: `layout.rs` (packing and dedupe decisions), `engine.rs` (the
+//!   worker pool that slices, hashes and compresses), `pages.rs` (its
+//!   huge-page buffers), `tail.rs` (the one tail writer), `writer.rs`
+//!   (compress, append, merge, recover), `undo.rs` (an append's undo file),
+//!   `repack.rs` (a blob region re-packed around dead slices).
+//! - Reading: `io.rs` (positioned reads, the reader's only door), `reader.rs`
+//!   ([`Archive`]), `blobs.rs` (one slice out of a blob, checked),
+//!   `extract.rs` (whole-archive extraction), `beneath.rs` (paths opened below
+//!   a directory without following links).
+//! - Inputs: `scan.rs` (a directory as one ordered batch), `tar.rs` (a tar
+//!   stream as a batch).
+//! - `error.rs`: the crate's one [`Error`].
+//!
 //! ```
 //! use znippy_format::{compress, Archive, ArchiveProps, InputFile, Metadata};
 //!

@@ -10,7 +10,7 @@ use serde_json::{json, Value};
 use znippy_format::ArchiveProps;
 use znippy_store::{ArchiveInfo, CreateOptions, State as ArchiveState};
 
-use crate::error::ApiError;
+use crate::error::{ApiError, ErrorCode};
 use crate::extract::ApiPath;
 use crate::ranged::{self, Ranged};
 use crate::{read_json, AppState};
@@ -121,7 +121,7 @@ pub(crate) async fn download(
     let Some(sealed) = app.store.open_sealed(&id).await? else {
         return Err(ApiError::new(
             StatusCode::CONFLICT,
-            "not_sealed",
+            ErrorCode::NotSealed,
             format!("archive {id:?} is live; seal it first (POST /archives/{id}/seal)"),
         ));
     };

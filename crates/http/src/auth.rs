@@ -6,7 +6,7 @@ use axum::http::{header, Method, StatusCode};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 
-use crate::error::ApiError;
+use crate::error::{ApiError, ErrorCode};
 use crate::rest_catalog::RestError;
 use crate::AppState;
 
@@ -26,7 +26,7 @@ pub(crate) async fn check(State(app): State<AppState>, req: Request, next: Next)
         .and_then(|v| v.split_once(' '))
         .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
         .map(|(_, t)| t.trim_start());
-    let refuse = |status: StatusCode, code: &'static str, message: &str| {
+    let refuse = |status: StatusCode, code: ErrorCode, message: &str| {
         // Iceberg clients parse the REST spec's error model, not ours.
         if req.uri().path().starts_with("/iceberg/") {
             let kind = if status == StatusCode::UNAUTHORIZED {
@@ -42,12 +42,14 @@ pub(crate) async fn check(State(app): State<AppState>, req: Request, next: Next)
     match given {
         None => refuse(
             StatusCode::UNAUTHORIZED,
-            "unauthorized",
+            ErrorCode::Unauthorized,
             "this request needs 'Authorization: Bearer <token>'",
         ),
-        Some(t) if !constant_time_eq(t.as_bytes(), token.as_bytes()) => {
-            refuse(StatusCode::FORBIDDEN, "forbidden", "the token is not valid")
-        }
+        Some(t) if !constant_time_eq(t.as_bytes(), token.as_bytes()) => refuse(
+            StatusCode::FORBIDDEN,
+            ErrorCode::Forbidden,
+            "the token is not valid",
+        ),
         Some(_) => next.run(req).await,
     }
 }

@@ -2,10 +2,173 @@
 //!
 //! The code is stable (clients branch on it); the message is for people.
 
+use std::io;
+
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
+use serde::Serialize;
 use znippy_seal::SealError;
 use znippy_store::StoreError;
+
+/// A stable, machine-readable error code: its wire string is the `code` of
+/// the JSON body, and clients branch on it, so no string may change.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ErrorCode {
+    /// A request hyper cannot parse as HTTP/1.1 (400).
+    BadRequest,
+    /// A JSON body that does not parse, malformed multipart, or a cut-off upload (400).
+    BadBody,
+    /// A request body that could not be read to its end (400).
+    BrokenBody,
+    /// A multipart part with no filename, not `meta` or `meta-archive` (400).
+    BadField,
+    /// A metadata fact that is malformed, not UTF-8 or wrongly typed (400).
+    BadMeta,
+    /// An `X-Znippy-Mode` that is not octal or is above 7777 (400).
+    BadMode,
+    /// An invalid archive path, or path parameters that do not parse (400).
+    BadPath,
+    /// An input that cannot be stored, such as a malformed tar stream (400).
+    BadInput,
+    /// An archive property out of range (400).
+    BadProperty,
+    /// An archive id outside the allowed length or characters (400).
+    BadId,
+    /// A page `limit` out of range (400).
+    BadLimit,
+    /// A query string that does not parse, or a meta search asked amiss (400).
+    BadQuery,
+    /// No bearer token where one is needed (401).
+    Unauthorized,
+    /// A bearer token that is not valid (403).
+    Forbidden,
+    /// No archive with this id (404).
+    NoArchive,
+    /// No such live file (404).
+    NoFile,
+    /// No route matches the path (404).
+    NoRoute,
+    /// The route does not take this method (405).
+    BadMethod,
+    /// A request body that brought too few bytes within the body timeout (408).
+    TooSlow,
+    /// Creating an archive that exists (409).
+    Exists,
+    /// Changing a sealed archive (409).
+    Sealed,
+    /// Downloading an archive that is still live (409).
+    NotSealed,
+    /// A concurrent catalog commit won (409).
+    Conflict,
+    /// An upload whose paths collide with live files or links (409).
+    PathConflict,
+    /// A body, form field, count of facts or multipart framing over its limit (413).
+    TooLarge,
+    /// A request target longer than hyper accepts (414).
+    UriTooLong,
+    /// `POST .../files` that is neither multipart nor tar (415).
+    BadMediaType,
+    /// A range that starts past the end (416).
+    BadRange,
+    /// Request headers larger or more numerous than hyper accepts (431).
+    HeadersTooLarge,
+    /// Stored data that failed its integrity checks (500).
+    Corrupt,
+    /// Any other server-side failure (500).
+    Internal,
+    /// An archive's blob file changed under the running server (503).
+    Unavailable,
+    /// An append whose engine bound exceeds the whole engine memory (503).
+    OverBudget,
+    /// The disk or quota is full (507).
+    NoSpace,
+}
+
+impl ErrorCode {
+    /// Every code there is.
+    pub const ALL: [ErrorCode; 34] = [
+        ErrorCode::BadRequest,
+        ErrorCode::BadBody,
+        ErrorCode::BrokenBody,
+        ErrorCode::BadField,
+        ErrorCode::BadMeta,
+        ErrorCode::BadMode,
+        ErrorCode::BadPath,
+        ErrorCode::BadInput,
+        ErrorCode::BadProperty,
+        ErrorCode::BadId,
+        ErrorCode::BadLimit,
+        ErrorCode::BadQuery,
+        ErrorCode::Unauthorized,
+        ErrorCode::Forbidden,
+        ErrorCode::NoArchive,
+        ErrorCode::NoFile,
+        ErrorCode::NoRoute,
+        ErrorCode::BadMethod,
+        ErrorCode::TooSlow,
+        ErrorCode::Exists,
+        ErrorCode::Sealed,
+        ErrorCode::NotSealed,
+        ErrorCode::Conflict,
+        ErrorCode::PathConflict,
+        ErrorCode::TooLarge,
+        ErrorCode::UriTooLong,
+        ErrorCode::BadMediaType,
+        ErrorCode::BadRange,
+        ErrorCode::HeadersTooLarge,
+        ErrorCode::Corrupt,
+        ErrorCode::Internal,
+        ErrorCode::Unavailable,
+        ErrorCode::OverBudget,
+        ErrorCode::NoSpace,
+    ];
+
+    /// The wire string, as the JSON body carries it.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            ErrorCode::BadRequest => "bad_request",
+            ErrorCode::BadBody => "bad_body",
+            ErrorCode::BrokenBody => "broken_body",
+            ErrorCode::BadField => "bad_field",
+            ErrorCode::BadMeta => "bad_meta",
+            ErrorCode::BadMode => "bad_mode",
+            ErrorCode::BadPath => "bad_path",
+            ErrorCode::BadInput => "bad_input",
+            ErrorCode::BadProperty => "bad_property",
+            ErrorCode::BadId => "bad_id",
+            ErrorCode::BadLimit => "bad_limit",
+            ErrorCode::BadQuery => "bad_query",
+            ErrorCode::Unauthorized => "unauthorized",
+            ErrorCode::Forbidden => "forbidden",
+            ErrorCode::NoArchive => "no_archive",
+            ErrorCode::NoFile => "no_file",
+            ErrorCode::NoRoute => "no_route",
+            ErrorCode::BadMethod => "bad_method",
+            ErrorCode::TooSlow => "too_slow",
+            ErrorCode::Exists => "exists",
+            ErrorCode::Sealed => "sealed",
+            ErrorCode::NotSealed => "not_sealed",
+            ErrorCode::Conflict => "conflict",
+            ErrorCode::PathConflict => "path_conflict",
+            ErrorCode::TooLarge => "too_large",
+            ErrorCode::UriTooLong => "uri_too_long",
+            ErrorCode::BadMediaType => "bad_media_type",
+            ErrorCode::BadRange => "bad_range",
+            ErrorCode::HeadersTooLarge => "headers_too_large",
+            ErrorCode::Corrupt => "corrupt",
+            ErrorCode::Internal => "internal",
+            ErrorCode::Unavailable => "unavailable",
+            ErrorCode::OverBudget => "over_budget",
+            ErrorCode::NoSpace => "no_space",
+        }
+    }
+}
+
+impl Serialize for ErrorCode {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.as_str())
+    }
+}
 
 /// An error response.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -13,14 +176,14 @@ pub struct ApiError {
     /// The HTTP status.
     pub status: StatusCode,
     /// A stable, machine-readable code.
-    pub code: &'static str,
+    pub code: ErrorCode,
     /// What went wrong, and where it helps, what to do.
     pub message: String,
 }
 
 impl ApiError {
     /// An error with this status, code and message.
-    pub fn new(status: StatusCode, code: &'static str, message: impl Into<String>) -> Self {
+    pub fn new(status: StatusCode, code: ErrorCode, message: impl Into<String>) -> Self {
         ApiError {
             status,
             code,
@@ -28,20 +191,45 @@ impl ApiError {
         }
     }
 
-    pub(crate) fn bad_request(code: &'static str, message: impl Into<String>) -> Self {
+    pub(crate) fn bad_request(code: ErrorCode, message: impl Into<String>) -> Self {
         Self::new(StatusCode::BAD_REQUEST, code, message)
     }
 
     pub(crate) fn too_large(limit: u64) -> Self {
         Self::new(
             StatusCode::PAYLOAD_TOO_LARGE,
-            "too_large",
+            ErrorCode::TooLarge,
             format!("the request body exceeds the limit of {limit} bytes"),
         )
     }
 
     pub(crate) fn internal(message: impl Into<String>) -> Self {
-        Self::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", message)
+        Self::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            ErrorCode::Internal,
+            message,
+        )
+    }
+}
+
+/// The JSON body of an error, shared with the answers that replace hyper's
+/// own (`parse_errors.rs`) so that both keep one shape.
+#[derive(Serialize)]
+pub(crate) struct ErrorBody<'a> {
+    error: ErrorDetail<'a>,
+}
+
+#[derive(Serialize)]
+struct ErrorDetail<'a> {
+    code: ErrorCode,
+    message: &'a str,
+}
+
+impl<'a> ErrorBody<'a> {
+    pub(crate) fn new(code: ErrorCode, message: &'a str) -> Self {
+        ErrorBody {
+            error: ErrorDetail { code, message },
+        }
     }
 }
 
@@ -50,11 +238,11 @@ impl IntoResponse for ApiError {
         // A server-side failure's message names files and internals of the
         // server: it goes to the log, and the client gets what happened.
         let message = if self.status.is_server_error() {
-            tracing::error!(code = self.code, status = %self.status, "{}", self.message);
+            tracing::error!(code = self.code.as_str(), status = %self.status, "{}", self.message);
             let what = match self.code {
-                "corrupt" => "stored data failed its integrity checks",
-                "no_space" => "the server has no disk space left",
-                "unavailable" => {
+                ErrorCode::Corrupt => "stored data failed its integrity checks",
+                ErrorCode::NoSpace => "the server has no disk space left",
+                ErrorCode::Unavailable => {
                     "the archive's blob file changed under the server; it needs a restart"
                 }
                 _ => "the server failed",
@@ -63,19 +251,29 @@ impl IntoResponse for ApiError {
         } else {
             self.message
         };
-        let body = serde_json::json!({
-            "error": { "code": self.code, "message": message }
-        });
+        let body = ErrorBody::new(self.code, &message);
         (self.status, axum::Json(body)).into_response()
     }
 }
 
+/// An upload whose bytes are not what they claim (cut short, malformed),
+/// carried through the engine's I/O errors so that it answers 400, not 500.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub(crate) struct BadUpload(String);
+
+impl BadUpload {
+    pub(crate) fn io(message: impl Into<String>) -> io::Error {
+        io::Error::new(io::ErrorKind::InvalidData, BadUpload(message.into()))
+    }
+}
+
 /// Whether `e`'s chain holds an upload that was cut short or malformed: the
-/// service's own [`crate::upload::BadUpload`], or the format's tar reader
-/// refusing the stream, each carried through the engine's I/O errors.
+/// service's own [`BadUpload`], or the format's tar reader refusing the
+/// stream, each carried through the engine's I/O errors.
 fn bad_upload(e: &(dyn std::error::Error + 'static)) -> bool {
     let bad = |err: &(dyn std::error::Error + 'static)| {
-        err.is::<crate::upload::BadUpload>()
+        err.is::<BadUpload>()
             || matches!(
                 err.downcast_ref::<znippy_format::Error>(),
                 Some(znippy_format::Error::Input { .. })
@@ -83,9 +281,7 @@ fn bad_upload(e: &(dyn std::error::Error + 'static)) -> bool {
     };
     let mut cur = Some(e);
     while let Some(err) = cur {
-        let inner = err
-            .downcast_ref::<std::io::Error>()
-            .and_then(|io| io.get_ref());
+        let inner = err.downcast_ref::<io::Error>().and_then(|io| io.get_ref());
         if bad(err) || inner.is_some_and(|i| bad(i)) {
             return true;
         }
@@ -104,7 +300,7 @@ pub(crate) fn chain<'a>(
 /// Whether an I/O error somewhere in `e`'s chain is "no space left".
 fn out_of_space(e: &(dyn std::error::Error + 'static)) -> bool {
     chain(e).any(|err| {
-        err.downcast_ref::<std::io::Error>()
+        err.downcast_ref::<io::Error>()
             .and_then(|io| io.raw_os_error())
             .is_some_and(|n| n == libc::ENOSPC || n == libc::EDQUOT)
     })
@@ -114,8 +310,15 @@ fn out_of_space(e: &(dyn std::error::Error + 'static)) -> bool {
 /// `paced.rs`), else cut off or unreadable (400).
 pub(crate) fn body_failed(e: &(dyn std::error::Error + 'static)) -> ApiError {
     match chain(e).find_map(|err| err.downcast_ref::<crate::paced::SlowBody>()) {
-        Some(slow) => ApiError::new(StatusCode::REQUEST_TIMEOUT, "too_slow", slow.to_string()),
-        None => ApiError::bad_request("broken_body", format!("reading the request body: {e}")),
+        Some(slow) => ApiError::new(
+            StatusCode::REQUEST_TIMEOUT,
+            ErrorCode::TooSlow,
+            slow.to_string(),
+        ),
+        None => ApiError::bad_request(
+            ErrorCode::BrokenBody,
+            format!("reading the request body: {e}"),
+        ),
     }
 }
 
@@ -123,20 +326,20 @@ fn format_error(e: &znippy_format::Error) -> ApiError {
     use znippy_format::Error as F;
     let msg = e.to_string();
     match e {
-        F::InvalidPath { .. } => ApiError::bad_request("bad_path", msg),
-        F::Input { .. } => ApiError::bad_request("bad_input", msg),
-        F::Property(_) => ApiError::bad_request("bad_property", msg),
-        F::Meta(_) => ApiError::bad_request("bad_meta", msg),
-        F::NotFound(_) => ApiError::new(StatusCode::NOT_FOUND, "no_file", msg),
+        F::InvalidPath { .. } => ApiError::bad_request(ErrorCode::BadPath, msg),
+        F::Input { .. } => ApiError::bad_request(ErrorCode::BadInput, msg),
+        F::Property(_) => ApiError::bad_request(ErrorCode::BadProperty, msg),
+        F::Meta(_) => ApiError::bad_request(ErrorCode::BadMeta, msg),
+        F::NotFound(_) => ApiError::new(StatusCode::NOT_FOUND, ErrorCode::NoFile, msg),
         F::PathConflict { .. } | F::UnicodeTwin { .. } => {
-            ApiError::new(StatusCode::CONFLICT, "path_conflict", msg)
+            ApiError::new(StatusCode::CONFLICT, ErrorCode::PathConflict, msg)
         }
         F::Checksum(_) | F::Corrupt(_) | F::NotAnArchive(_) | F::UnsupportedVersion { .. } => {
-            ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "corrupt", msg)
+            ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, ErrorCode::Corrupt, msg)
         }
-        F::Io { .. } if bad_upload(e) => ApiError::bad_request("bad_body", msg),
+        F::Io { .. } if bad_upload(e) => ApiError::bad_request(ErrorCode::BadBody, msg),
         F::Io { .. } if out_of_space(e) => {
-            ApiError::new(StatusCode::INSUFFICIENT_STORAGE, "no_space", msg)
+            ApiError::new(StatusCode::INSUFFICIENT_STORAGE, ErrorCode::NoSpace, msg)
         }
         F::Io { .. } => ApiError::internal(msg),
     }
@@ -146,23 +349,25 @@ impl From<StoreError> for ApiError {
     fn from(e: StoreError) -> Self {
         let msg = e.to_string();
         match &e {
-            StoreError::NoArchive(_) => ApiError::new(StatusCode::NOT_FOUND, "no_archive", msg),
-            StoreError::NotFound(_) => ApiError::new(StatusCode::NOT_FOUND, "no_file", msg),
-            StoreError::Exists(_) => ApiError::new(StatusCode::CONFLICT, "exists", msg),
-            StoreError::Sealed(_) => ApiError::new(StatusCode::CONFLICT, "sealed", msg),
-            StoreError::BadId(_) => ApiError::bad_request("bad_id", msg),
+            StoreError::NoArchive(_) => {
+                ApiError::new(StatusCode::NOT_FOUND, ErrorCode::NoArchive, msg)
+            }
+            StoreError::NotFound(_) => ApiError::new(StatusCode::NOT_FOUND, ErrorCode::NoFile, msg),
+            StoreError::Exists(_) => ApiError::new(StatusCode::CONFLICT, ErrorCode::Exists, msg),
+            StoreError::Sealed(_) => ApiError::new(StatusCode::CONFLICT, ErrorCode::Sealed, msg),
+            StoreError::BadId(_) => ApiError::bad_request(ErrorCode::BadId, msg),
             StoreError::SidecarGone(_) => {
-                ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "unavailable", msg)
+                ApiError::new(StatusCode::SERVICE_UNAVAILABLE, ErrorCode::Unavailable, msg)
             }
             StoreError::OverBudget { .. } => {
-                ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "over_budget", msg)
+                ApiError::new(StatusCode::SERVICE_UNAVAILABLE, ErrorCode::OverBudget, msg)
             }
             StoreError::Format(f) => format_error(f),
             StoreError::Iceberg(i) if i.kind() == iceberg::ErrorKind::CatalogCommitConflicts => {
-                ApiError::new(StatusCode::CONFLICT, "conflict", msg)
+                ApiError::new(StatusCode::CONFLICT, ErrorCode::Conflict, msg)
             }
             _ if out_of_space(&e) => {
-                ApiError::new(StatusCode::INSUFFICIENT_STORAGE, "no_space", msg)
+                ApiError::new(StatusCode::INSUFFICIENT_STORAGE, ErrorCode::NoSpace, msg)
             }
             _ => ApiError::internal(msg),
         }
@@ -180,10 +385,36 @@ impl From<SealError> for ApiError {
         match e {
             SealError::Store(s) => s.into(),
             SealError::Format(f) => format_error(&f),
-            e if out_of_space(&e) => {
-                ApiError::new(StatusCode::INSUFFICIENT_STORAGE, "no_space", e.to_string())
-            }
+            e if out_of_space(&e) => ApiError::new(
+                StatusCode::INSUFFICIENT_STORAGE,
+                ErrorCode::NoSpace,
+                e.to_string(),
+            ),
             e => ApiError::internal(e.to_string()),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The OpenAPI document names exactly the codes there are.
+    #[test]
+    fn openapi_lists_every_code() {
+        let doc: serde_json::Value =
+            serde_json::from_str(include_str!("../../../docs/openapi.json")).unwrap();
+        let listed = &doc["components"]["schemas"]["Error"]["properties"]["error"]["properties"]
+            ["code"]["enum"];
+        let mut listed: Vec<&str> = listed
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| v.as_str().unwrap())
+            .collect();
+        let mut codes: Vec<&str> = ErrorCode::ALL.iter().map(|c| c.as_str()).collect();
+        listed.sort_unstable();
+        codes.sort_unstable();
+        assert_eq!(listed, codes);
     }
 }

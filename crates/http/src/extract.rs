@@ -4,7 +4,7 @@ use axum::extract::{FromRequestParts, Path, Query};
 use axum::http::request::Parts;
 use serde::de::DeserializeOwned;
 
-use crate::error::ApiError;
+use crate::error::{ApiError, ErrorCode};
 
 /// Path parameters, percent-decoded.
 pub(crate) struct ApiPath<T>(pub T);
@@ -20,7 +20,7 @@ where
         Path::<T>::from_request_parts(parts, state)
             .await
             .map(|Path(v)| ApiPath(v))
-            .map_err(|e| ApiError::bad_request("bad_path", e.body_text()))
+            .map_err(|e| ApiError::bad_request(ErrorCode::BadPath, e.body_text()))
     }
 }
 
@@ -38,6 +38,6 @@ where
         Query::<T>::from_request_parts(parts, state)
             .await
             .map(|Query(v)| ApiQuery(v))
-            .map_err(|e| ApiError::bad_request("bad_query", e.body_text()))
+            .map_err(|e| ApiError::bad_request(ErrorCode::BadQuery, e.body_text()))
     }
 }

@@ -8,7 +8,7 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 use znippy_format::Kind;
 
-use crate::error::ApiError;
+use crate::error::{ApiError, ErrorCode};
 use crate::extract::{ApiPath, ApiQuery};
 use crate::ranged::{self, Ranged};
 use crate::AppState;
@@ -35,7 +35,7 @@ pub(crate) async fn list(
     let limit = q.limit.unwrap_or(PAGE);
     if limit == 0 || limit > MAX_PAGE {
         return Err(ApiError::bad_request(
-            "bad_limit",
+            ErrorCode::BadLimit,
             format!("limit must be 1..={MAX_PAGE}"),
         ));
     }

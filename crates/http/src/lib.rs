@@ -6,10 +6,10 @@
 //! publishing) and its result into JSON or bytes. What the service adds is
 //! what only an HTTP edge needs:
 //!
-//! - **Streaming uploads** (`upload.rs`): multipart, tar and raw bodies are fed
-//!   to the compression engine as they arrive, file by file, through a bounded
-//!   channel; no upload is ever held in memory whole. A body that ends early
-//!   fails the batch, which then commits nothing.
+//! - **Streaming uploads** (`upload.rs`, `multipart.rs`, `body.rs`): multipart, tar and
+//!   raw bodies are fed to the compression engine as they arrive, file by
+//!   file, through a bounded channel; no upload is ever held in memory whole.
+//!   A body that ends early fails the batch, which then commits nothing.
 //! - **Reads with Range and ETag** (`files.rs`, `ranged.rs`): a file's rows
 //!   are taken under the archive's state lock, its bytes read after it, only
 //!   the slices a range touches, each verified; large bodies stream.
@@ -31,10 +31,12 @@
 
 mod archives;
 mod auth;
+mod body;
 mod error;
 mod extract;
 mod files;
 mod meta;
+mod multipart;
 mod observe;
 mod paced;
 mod parse_errors;
@@ -55,7 +57,7 @@ use axum::Router;
 use znippy_store::Store;
 pub use znippy_store::StoreOptions;
 
-pub use error::ApiError;
+pub use error::{ApiError, ErrorCode};
 pub use observe::Metrics;
 pub use paced::MIN_PROGRESS;
 
@@ -201,7 +203,7 @@ pub fn router(store: Arc<Store>, config: Config) -> Router {
 async fn no_route(method: axum::http::Method, uri: axum::http::Uri) -> ApiError {
     ApiError::new(
         axum::http::StatusCode::NOT_FOUND,
-        "no_route",
+        ErrorCode::NoRoute,
         format!("no route {method} {}: see /openapi.json", uri.path()),
     )
 }
@@ -209,7 +211,7 @@ async fn no_route(method: axum::http::Method, uri: axum::http::Uri) -> ApiError 
 async fn no_method(method: axum::http::Method, uri: axum::http::Uri) -> ApiError {
     ApiError::new(
         axum::http::StatusCode::METHOD_NOT_ALLOWED,
-        "bad_method",
+        ErrorCode::BadMethod,
         format!("{} does not take {method}: see /openapi.json", uri.path()),
     )
 }
@@ -283,7 +285,7 @@ pub(crate) async fn read_json<T: serde::de::DeserializeOwned>(
         if error::chain(&e).any(|e| e.is::<http_body_util::LengthLimitError>()) {
             ApiError::new(
                 axum::http::StatusCode::PAYLOAD_TOO_LARGE,
-                "too_large",
+                ErrorCode::TooLarge,
                 format!("a JSON body may have at most {MAX_JSON} bytes"),
             )
         } else {
@@ -291,5 +293,5 @@ pub(crate) async fn read_json<T: serde::de::DeserializeOwned>(
         }
     })?;
     serde_json::from_slice(&bytes)
-        .map_err(|e| ApiError::bad_request("bad_body", format!("invalid JSON body: {e}")))
+        .map_err(|e| ApiError::bad_request(ErrorCode::BadBody, format!("invalid JSON body: {e}")))
 }

@@ -11,7 +11,7 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 use znippy_format::{MetaCursor, MetaQuery, MetaRow, MetaSearch, MetaTable, MetaValue, PageLimit};
 
-use crate::error::ApiError;
+use crate::error::{ApiError, ErrorCode};
 use crate::extract::{ApiPath, ApiQuery};
 use crate::{read_json, AppState};
 
@@ -51,7 +51,7 @@ fn parse_cursor(token: &str) -> Result<MetaCursor, ApiError> {
     match (key, path) {
         (Some(key), Some(path)) => Ok(MetaCursor { key, path }),
         _ => Err(ApiError::bad_request(
-            "bad_query",
+            ErrorCode::BadQuery,
             "after is not a next token of this search",
         )),
     }
@@ -92,7 +92,7 @@ pub(crate) async fn search(
         (None, Some(p)) => MetaQuery::Prefix(p),
         _ => {
             return Err(ApiError::bad_request(
-                "bad_query",
+                ErrorCode::BadQuery,
                 "give exactly one of ?key=K or ?prefix=P",
             ))
         }
@@ -100,7 +100,7 @@ pub(crate) async fn search(
     let rows = q.limit.unwrap_or(PAGE);
     if rows == 0 || rows > MAX_PAGE {
         return Err(ApiError::bad_request(
-            "bad_limit",
+            ErrorCode::BadLimit,
             format!("limit must be 1..={MAX_PAGE}"),
         ));
     }
@@ -154,7 +154,7 @@ fn present<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Value>, D::E
 }
 
 fn typed(f: &Fact) -> Result<MetaValue, ApiError> {
-    let bad = |m: &str| ApiError::bad_request("bad_meta", format!("fact {:?}: {m}", f.key));
+    let bad = |m: &str| ApiError::bad_request(ErrorCode::BadMeta, format!("fact {:?}: {m}", f.key));
     match (&f.value, &f.bytes_hex) {
         (Some(v), None) => match v {
             Value::String(s) => Ok(MetaValue::Str(s.clone())),
@@ -185,7 +185,7 @@ pub(crate) async fn set(
     for f in &req.set {
         table
             .set(f.path.as_deref(), &f.key, typed(f)?)
-            .map_err(|e| ApiError::bad_request("bad_meta", e.to_string()))?;
+            .map_err(|e| ApiError::bad_request(ErrorCode::BadMeta, e.to_string()))?;
     }
     let r = app.store.append(&id, Vec::new(), Some(table)).await?;
     Ok(Json(json!({

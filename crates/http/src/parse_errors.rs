@@ -27,22 +27,24 @@ use std::task::{ready, Context, Poll};
 
 use hyper::rt::{Read, ReadBufCursor, Write};
 
+use crate::error::{ErrorBody, ErrorCode};
+
 /// The status lines hyper answers unparsable requests with, and the error
 /// each stands for.
-const ANSWERS: [(&str, &str, &str); 3] = [
+const ANSWERS: [(&str, ErrorCode, &str); 3] = [
     (
         "400 Bad Request",
-        "bad_request",
+        ErrorCode::BadRequest,
         "the request is not valid HTTP/1.1",
     ),
     (
         "414 URI Too Long",
-        "uri_too_long",
+        ErrorCode::UriTooLong,
         "the request target is over 65534 bytes",
     ),
     (
         "431 Request Header Fields Too Large",
-        "headers_too_large",
+        ErrorCode::HeadersTooLarge,
         "the request headers are over about 400 KiB or 100 fields",
     ),
 ];
@@ -69,7 +71,7 @@ fn own_answer(bytes: &[u8]) -> Option<usize> {
 /// hyper's own.
 pub(crate) fn json_answer(bytes: &[u8]) -> Option<Vec<u8>> {
     let (status, code, message) = ANSWERS[own_answer(bytes)?];
-    let body = serde_json::json!({ "error": { "code": code, "message": message } }).to_string();
+    let body = serde_json::to_string(&ErrorBody::new(code, message)).ok()?;
     Some(
         format!(
             "HTTP/1.1 {status}\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\

@@ -17,7 +17,7 @@ use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
 use tokio::sync::mpsc;
 
-use crate::error::ApiError;
+use crate::error::{ApiError, ErrorCode};
 use crate::AppState;
 
 /// Bodies up to this size are read whole before the response starts.
@@ -141,7 +141,7 @@ pub(crate) async fn respond(
         Wanted::Unsatisfiable => {
             let mut r = ApiError::new(
                 StatusCode::RANGE_NOT_SATISFIABLE,
-                "bad_range",
+                ErrorCode::BadRange,
                 format!("the range lies past the end ({} bytes)", src.len),
             )
             .into_response();

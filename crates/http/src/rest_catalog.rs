@@ -9,21 +9,15 @@
 //! Errors follow the REST spec's model (`{"error": {"message", "type",
 //! "code"}}`), which Iceberg clients parse, rather than the service's own.
 
-use std::collections::HashMap;
-
 use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::{Json, Router};
-use iceberg::{Catalog, NamespaceIdent, TableIdent};
 use serde_json::{json, Value};
-use znippy_store::ROOT_NAMESPACE;
+use znippy_store::{StoreError, TableKind};
 
 use crate::AppState;
-
-/// The tables every archive namespace holds.
-const TABLES: [&str; 2] = ["files", "meta"];
 
 pub(crate) fn routes() -> Router<AppState> {
     Router::new()
@@ -68,95 +62,129 @@ fn internal(e: impl std::fmt::Display) -> RestError {
     )
 }
 
+/// A store error as the REST spec names it: an archive that is not there (or
+/// could never be: a bad id, a nested name) is a missing namespace.
+fn rest_error(ns: &str) -> impl FnOnce(StoreError) -> RestError + '_ {
+    move |e| match e {
+        StoreError::NoArchive(_) | StoreError::BadId(_) => RestError(
+            StatusCode::NOT_FOUND,
+            "NoSuchNamespaceException",
+            format!("no namespace {ns:?}"),
+        ),
+        e => internal(e),
+    }
+}
+
 async fn config() -> Json<Value> {
     Json(json!({ "defaults": {}, "overrides": {} }))
 }
 
-/// The catalog namespace of archive `ns`, if it exists.
-async fn archive_ns(app: &AppState, ns: &str) -> Result<NamespaceIdent, RestError> {
-    let missing = || {
-        RestError(
-            StatusCode::NOT_FOUND,
-            "NoSuchNamespaceException",
-            format!("no namespace {ns:?}"),
-        )
-    };
-    // A nested name (levels joined by 0x1F) is never an archive.
-    if ns.contains('\u{1f}') {
-        return Err(missing());
-    }
-    let ident = NamespaceIdent::from_strs([ROOT_NAMESPACE, ns]).map_err(internal)?;
-    match app.store.catalog().namespace_exists(&ident).await {
-        Ok(true) => Ok(ident),
-        Ok(false) => Err(missing()),
-        Err(e) => Err(internal(e)),
-    }
+/// The spec's paging: `pageSize` caps a listing, and `pageToken` (the
+/// `next-page-token` of the previous page, opaque to clients: here the last
+/// name it listed) resumes it. Without `pageSize` a listing is whole. Every
+/// parameter is taken as text (and `pageSize` parsed here), so a bad one gets
+/// the spec's error model rather than the framework's.
+#[derive(serde::Deserialize)]
+struct Paging {
+    #[serde(rename = "pageToken")]
+    page_token: Option<String>,
+    #[serde(rename = "pageSize")]
+    page_size: Option<String>,
+    parent: Option<String>,
 }
 
-#[derive(serde::Deserialize)]
-struct NamespacesQuery {
-    parent: Option<String>,
+impl Paging {
+    /// One page of `names` (sorted), and the token of the next page, if any.
+    fn page<'a>(&self, names: &'a [String]) -> Result<(&'a [String], Option<String>), RestError> {
+        let start = match self.page_token.as_deref().filter(|t| !t.is_empty()) {
+            Some(after) => names.partition_point(|n| n.as_str() <= after),
+            None => 0,
+        };
+        let rest = &names[start..];
+        let size = match self.page_size.as_deref() {
+            None => None,
+            Some(n) => match n.parse::<usize>() {
+                Ok(n) if n > 0 => Some(n),
+                _ => {
+                    return Err(RestError(
+                        StatusCode::BAD_REQUEST,
+                        "BadRequestException",
+                        format!("pageSize must be a whole number of at least 1, not {n:?}"),
+                    ))
+                }
+            },
+        };
+        match size {
+            Some(n) if n < rest.len() => Ok((&rest[..n], Some(rest[n - 1].clone()))),
+            _ => Ok((rest, None)),
+        }
+    }
 }
 
 async fn namespaces(
     State(app): State<AppState>,
-    Query(q): Query<NamespacesQuery>,
+    Query(paging): Query<Paging>,
 ) -> Result<Json<Value>, RestError> {
     // Archives are one level deep: nothing lives below one.
-    if q.parent.is_some_and(|p| !p.is_empty()) {
+    if paging.parent.as_ref().is_some_and(|p| !p.is_empty()) {
         return Ok(Json(json!({ "namespaces": [] })));
     }
     let ids = app.store.list().await.map_err(internal)?;
-    let list: Vec<Vec<String>> = ids.into_iter().map(|id| vec![id]).collect();
-    Ok(Json(json!({ "namespaces": list })))
+    let (page, next) = paging.page(&ids)?;
+    let list: Vec<[&String; 1]> = page.iter().map(|id| [id]).collect();
+    Ok(Json(json!({ "namespaces": list, "next-page-token": next })))
 }
 
 async fn namespace(
     State(app): State<AppState>,
     Path(ns): Path<String>,
 ) -> Result<Json<Value>, RestError> {
-    let ident = archive_ns(&app, &ns).await?;
-    let props: HashMap<String, String> = app
+    let props = app
         .store
-        .catalog()
-        .get_namespace(&ident)
+        .namespace_properties(&ns)
         .await
-        .map_err(internal)?
-        .properties()
-        .clone();
+        .map_err(rest_error(&ns))?;
     Ok(Json(json!({ "namespace": [ns], "properties": props })))
 }
 
 async fn tables(
     State(app): State<AppState>,
     Path(ns): Path<String>,
+    Query(paging): Query<Paging>,
 ) -> Result<Json<Value>, RestError> {
-    archive_ns(&app, &ns).await?;
-    let ids: Vec<Value> = TABLES
+    app.store
+        .namespace_properties(&ns)
+        .await
+        .map_err(rest_error(&ns))?;
+    let names: Vec<String> = TableKind::ALL.map(|t| t.name().to_string()).into();
+    let (page, next) = paging.page(&names)?;
+    let ids: Vec<Value> = page
         .iter()
         .map(|t| json!({ "namespace": [ns], "name": t }))
         .collect();
-    Ok(Json(json!({ "identifiers": ids })))
+    Ok(Json(json!({ "identifiers": ids, "next-page-token": next })))
 }
 
 async fn load_table(
     State(app): State<AppState>,
     Path((ns, table)): Path<(String, String)>,
 ) -> Result<Json<Value>, RestError> {
-    let ident = archive_ns(&app, &ns).await?;
-    if !TABLES.contains(&table.as_str()) {
-        return Err(RestError(
+    let missing_table = || {
+        RestError(
             StatusCode::NOT_FOUND,
             "NoSuchTableException",
             format!("no table {ns}.{table}"),
-        ));
-    }
-    let t = app
-        .store
-        .catalog()
-        .load_table(&TableIdent::new(ident, table))
-        .await
-        .map_err(internal)?;
+        )
+    };
+    let Some(kind) = TableKind::from_name(&table) else {
+        // The namespace's absence, when it is absent, is the better answer.
+        app.store
+            .namespace_properties(&ns)
+            .await
+            .map_err(rest_error(&ns))?;
+        return Err(missing_table());
+    };
+    let t = app.store.table(&ns, kind).await.map_err(rest_error(&ns))?;
     let location = t
         .metadata_location()
         .ok_or_else(|| internal("table without a metadata location"))?;

@@ -404,6 +404,112 @@ async fn listing_pages_cover_everything_once() {
     s.stop().await;
 }
 
+/// The Iceberg REST facade pages its listings as the spec says (`pageSize`,
+/// `pageToken`, `next-page-token`) and names what is missing in the spec's
+/// exception types.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rest_catalog_pages_and_names_what_is_missing() {
+    let s = Server::start(|_| {}).await;
+    let c = client();
+    for id in ["b", "a", "c"] {
+        create(&c, &s, id, false).await;
+    }
+    let rest = |q: &str| s.url(&format!("/iceberg/v1/{q}"));
+    let mut seen = Vec::new();
+    let mut token: Option<String> = None;
+    loop {
+        let q = match &token {
+            Some(t) => format!("namespaces?pageSize=2&pageToken={t}"),
+            None => "namespaces?pageSize=2".to_string(),
+        };
+        let v = json(c.get(rest(&q)).send().await.unwrap(), StatusCode::OK).await;
+        let page = v["namespaces"].as_array().unwrap();
+        assert!(page.len() <= 2);
+        seen.extend(page.iter().map(|n| n[0].as_str().unwrap().to_string()));
+        match v["next-page-token"].as_str() {
+            Some(t) => token = Some(t.to_string()),
+            None => break,
+        }
+    }
+    assert_eq!(seen, ["a", "b", "c"]);
+    let v = json(
+        c.get(rest("namespaces")).send().await.unwrap(),
+        StatusCode::OK,
+    )
+    .await;
+    assert_eq!(
+        v["namespaces"].as_array().unwrap().len(),
+        3,
+        "unpaged: whole"
+    );
+    let v = json(
+        c.get(rest("namespaces/a/tables?pageSize=1"))
+            .send()
+            .await
+            .unwrap(),
+        StatusCode::OK,
+    )
+    .await;
+    assert_eq!(v["identifiers"][0]["name"], "files");
+    assert_eq!(v["next-page-token"], "files");
+    let r = c.get(rest("namespaces?pageSize=0")).send().await.unwrap();
+    assert_eq!(
+        json(r, StatusCode::BAD_REQUEST).await["error"]["type"],
+        "BadRequestException"
+    );
+    let v = json(
+        c.get(rest("namespaces/a/tables/files"))
+            .send()
+            .await
+            .unwrap(),
+        StatusCode::OK,
+    )
+    .await;
+    assert!(v["metadata-location"]
+        .as_str()
+        .unwrap()
+        .ends_with(".metadata.json"));
+    assert_eq!(v["metadata"]["format-version"], 2);
+    for (q, status, kind) in [
+        (
+            "namespaces/nope",
+            StatusCode::NOT_FOUND,
+            "NoSuchNamespaceException",
+        ),
+        // A nested namespace (levels joined by 0x1F) is never an archive.
+        (
+            "namespaces/a%1Fb",
+            StatusCode::NOT_FOUND,
+            "NoSuchNamespaceException",
+        ),
+        (
+            "namespaces/nope/tables",
+            StatusCode::NOT_FOUND,
+            "NoSuchNamespaceException",
+        ),
+        (
+            "namespaces/nope/tables/files",
+            StatusCode::NOT_FOUND,
+            "NoSuchNamespaceException",
+        ),
+        (
+            "namespaces/nope/tables/x",
+            StatusCode::NOT_FOUND,
+            "NoSuchNamespaceException",
+        ),
+        (
+            "namespaces/a/tables/x",
+            StatusCode::NOT_FOUND,
+            "NoSuchTableException",
+        ),
+    ] {
+        let v = json(c.get(rest(q)).send().await.unwrap(), status).await;
+        assert_eq!(v["error"]["type"], kind, "{q}");
+        assert_eq!(v["error"]["code"], status.as_u16(), "{q}");
+    }
+    s.stop().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn health_metrics_and_openapi() {
     let s = Server::start(|_| {}).await;

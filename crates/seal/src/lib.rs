@@ -78,11 +78,11 @@ pub async fn seal(store: &Store, id: &str) -> Result<SealReceipt, SealError> {
     if let Some(done) = plan.already.clone() {
         return tokio::task::spawn_blocking(move || sealed_receipt(&plan, done))
             .await
-            .map_err(|e| io("seal task")(std::io::Error::other(e.to_string())))?;
+            .map_err(|e| StoreError::Task(format!("seal: {e}")))?;
     }
     let receipt = tokio::task::spawn_blocking(move || write_sealed(plan))
         .await
-        .map_err(|e| io("seal task")(std::io::Error::other(e.to_string())))??;
+        .map_err(|e| StoreError::Task(format!("seal: {e}")))??;
     store
         .finish_seal(
             guard,
@@ -101,7 +101,7 @@ fn sealed_receipt(plan: &SealPlan, done: SealedFile) -> Result<SealReceipt, Seal
     let archive = Archive::open(file)?;
     Ok(SealReceipt {
         identity: archive.identity()?,
-        in_place: done.path == plan.sidecar_path,
+        in_place: plan.is_in_place(&done),
         repack: RepackStats::default(),
         tail_bytes: done.len - archive.blob_end(),
         size: done.len,
@@ -121,19 +121,19 @@ fn one_shot_rows(plan: &SealPlan) -> Vec<SliceRow> {
 fn write_sealed(plan: SealPlan) -> Result<SealReceipt, SealError> {
     if plan.in_place {
         let rows = one_shot_rows(&plan);
-        let mut out = BufWriter::new(plan.sidecar.writer_at(plan.blob_end));
-        let info = write_tail(&mut out, &plan, plan.blob_end, &rows)?;
-        drop(out);
-        // A retried seal after a crash may find a longer partial tail: cut it.
-        plan.sidecar.truncate(info.archive_len)?;
-        plan.sidecar.sync()?;
+        let mut identity = [0; 32];
+        let done = plan.seal_in_place(|out| {
+            let info = write_tail(out, &plan, plan.blob_end, &rows)?;
+            identity = info.identity;
+            Ok::<_, SealError>(info.archive_len)
+        })?;
         return Ok(SealReceipt {
-            path: plan.sidecar_path.clone(),
-            size: info.archive_len,
-            identity: info.identity,
+            size: done.len,
+            path: done.path,
+            identity,
             in_place: true,
             repack: RepackStats::default(),
-            tail_bytes: info.archive_len - plan.blob_end,
+            tail_bytes: done.len - plan.blob_end,
         });
     }
     std::fs::create_dir_all(&plan.sealed_dir).map_err(io("creating the sealed directory"))?;
@@ -147,7 +147,7 @@ fn write_sealed(plan: SealPlan) -> Result<SealReceipt, SealError> {
         .map_err(io(format!("creating {}", tmp.display())))?;
     let mut out = BufWriter::with_capacity(1 << 20, &file);
     let (rows, stats) = repack(
-        plan.sidecar.file(),
+        plan.blobs(),
         plan.props,
         plan.blob_end,
         &plan.committed,
@@ -172,7 +172,7 @@ fn write_sealed(plan: SealPlan) -> Result<SealReceipt, SealError> {
 }
 
 fn write_tail(
-    out: &mut BufWriter<impl Write>,
+    out: &mut dyn Write,
     plan: &SealPlan,
     blob_end: u64,
     rows: &[SliceRow],

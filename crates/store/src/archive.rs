@@ -19,6 +19,7 @@
 
 use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::io::{BufWriter, Write};
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -110,7 +111,7 @@ where
         (engine, r)
     })
     .await
-    .map_err(|e| StoreError::Corrupt(format!("compression task: {e}")))
+    .map_err(|e| StoreError::Task(format!("compression: {e}")))
 }
 
 /// Everything a seal needs, taken under the archive's lock.
@@ -132,14 +133,46 @@ pub struct SealPlan {
     /// Every committed row, dead ones included, when the seal must re-pack
     /// (`in_place` false); empty otherwise.
     pub committed: Vec<SliceRow>,
-    /// The sidecar.
-    pub sidecar: Arc<Sidecar>,
-    /// Its path.
-    pub sidecar_path: PathBuf,
+    sidecar: Arc<Sidecar>,
+    sidecar_path: PathBuf,
     /// Where a copied sealed archive goes.
     pub sealed_dir: PathBuf,
     /// Set when the archive is sealed already.
     pub already: Option<SealedFile>,
+}
+
+impl SealPlan {
+    /// The committed blob region, for a re-pack to copy from.
+    pub fn blobs(&self) -> &dyn ReadAt {
+        &*self.sidecar
+    }
+
+    /// Whether `sealed` is the archive's own blob file with the tail written
+    /// after its blobs (rather than a re-packed copy).
+    pub fn is_in_place(&self, sealed: &SealedFile) -> bool {
+        sealed.path == self.sidecar_path
+    }
+
+    /// Seals in place: `write` gets a writer at `blob_end` in the blob file
+    /// itself, writes the tail and returns the archive's length. A longer
+    /// partial tail that an earlier attempt left is cut off, and the file is
+    /// synced before this returns the sealed file for [`crate::Store::finish_seal`].
+    pub fn seal_in_place<E: From<StoreError>>(
+        &self,
+        write: impl FnOnce(&mut dyn Write) -> std::result::Result<u64, E>,
+    ) -> std::result::Result<SealedFile, E> {
+        let mut out = BufWriter::new(self.sidecar.writer_at(self.blob_end));
+        let len = write(&mut out)?;
+        out.flush()
+            .map_err(|e| StoreError::io("writing the tail", e))?;
+        drop(out);
+        self.sidecar.truncate(len)?;
+        self.sidecar.sync()?;
+        Ok(SealedFile {
+            path: self.sidecar_path.clone(),
+            len,
+        })
+    }
 }
 
 /// The state of a live archive, derived from its tables.

@@ -51,8 +51,8 @@ pub enum StoreError {
         budget: u64,
     },
     /// The caller abandoned the batch (its input failed); nothing was committed.
-    #[error("append abandoned: {0}")]
-    Aborted(String),
+    #[error("append abandoned by its caller; nothing was committed")]
+    Aborted,
     /// The task running a change panicked or was cancelled (the runtime is
     /// shutting down); what it committed before stays, the rest is rolled
     /// back on the next open.
@@ -62,6 +62,11 @@ pub enum StoreError {
     #[error("corrupt live archive {0}")]
     Corrupt(String),
 }
+
+/// What an append's metadata future yields when the caller gives up on the
+/// batch (see [`crate::Store::append_stream`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Abandoned;
 
 impl StoreError {
     pub(crate) fn io(context: impl Into<String>, source: std::io::Error) -> Self {

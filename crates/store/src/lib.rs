@@ -19,14 +19,35 @@
 //! dedupe as `znippy compress`) and commit one snapshot each; reads go through
 //! an in-memory lookup derived from the tables and touch only the sidecar. The
 //! commit protocol and its recovery are in `archive.rs`.
+//!
+//! Everything outside the crate goes through [`Store`]: the service's Iceberg
+//! REST facade loads a table by [`TableKind`] ([`Store::table`]), and a seal
+//! takes a [`SealPlan`] whose blobs it reads and whose tail it writes in place
+//! through the plan ([`SealPlan::blobs`], [`SealPlan::seal_in_place`]). The
+//! catalog, the tables' row codecs and the sidecar stay private, so another
+//! backend (a REST catalog, object storage) changes this crate alone.
+//!
+//! Modules:
+//!
+//! - `archive.rs`: one live archive's derived state, and the append, delete and
+//!   compaction protocol with its recovery.
+//! - `tables.rs`: the `files` and `meta` tables: schemas, rows to Arrow and back,
+//!   writing data files.
+//! - `catalog.rs`: [`RedbCatalog`], an Iceberg catalog whose table pointers live
+//!   in one redb file, with the commit that swaps them.
+//! - `sidecar.rs`: the blob file: positioned writes at the committed end, fsync,
+//!   and the check that it is still the file the store opened.
+//! - `file.rs`: one file opened for reading, verified slice by slice.
+//! - `budget.rs`: the engine-memory budget every append takes its share of.
+//! - `error.rs`: [`StoreError`].
 
 mod archive;
 mod budget;
-pub mod catalog;
+mod catalog;
 mod error;
 mod file;
-pub mod sidecar;
-pub mod tables;
+mod sidecar;
+mod tables;
 
 use std::collections::HashMap;
 use std::io::Write;
@@ -34,7 +55,8 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use iceberg::spec::SortOrder;
-use iceberg::{Catalog, ErrorKind, NamespaceIdent, TableCreation};
+use iceberg::table::Table;
+use iceberg::{Catalog, ErrorKind, NamespaceIdent, TableCreation, TableIdent};
 use tokio::sync::{Mutex, OwnedMutexGuard};
 use tokio_util::task::TaskTracker;
 use znippy_format::{
@@ -44,10 +66,10 @@ use znippy_format::{
 
 use archive::LiveArchive;
 pub use archive::{AppendReceipt, SealPlan};
-pub use catalog::RedbCatalog;
-pub use error::{Result, StoreError};
+pub use catalog::{RedbCatalog, BLOB_END_KEY};
+pub use error::{Abandoned, Result, StoreError};
 pub use file::FileReader;
-pub use sidecar::Sidecar;
+pub use tables::TableKind;
 
 /// Root namespace of all archives.
 pub const ROOT_NAMESPACE: &str = "znippy";
@@ -328,11 +350,6 @@ impl Store {
             .map_err(|e| StoreError::Task(e.to_string()))?
     }
 
-    /// The catalog, for serving it to outside readers.
-    pub fn catalog(&self) -> &RedbCatalog {
-        &self.catalog
-    }
-
     fn ns(id: &str) -> NamespaceIdent {
         NamespaceIdent::from_strs([ROOT_NAMESPACE, id]).expect("two non-empty parts")
     }
@@ -495,7 +512,9 @@ impl Store {
     /// [`Store::append`] for batches that arrive as a stream: `files` is pulled
     /// on a blocking thread, one file read to its end before the next is asked
     /// for, and may block or fail (the batch then commits nothing). `meta` is
-    /// awaited once every file has been read, so it may come after the files.
+    /// awaited once every file has been read, so it may come after the files;
+    /// it yields [`Abandoned`] when the caller's input failed, and the batch
+    /// then commits nothing.
     ///
     /// The append runs to its end (commit or clean rollback) even if the
     /// returned future is dropped: an append abandoned halfway would leave its
@@ -505,7 +524,7 @@ impl Store {
     where
         I: IntoIterator<Item = znippy_format::Result<InputFile>> + Send + 'static,
         I::IntoIter: Send,
-        M: std::future::Future<Output = Result<Option<MetaTable>>> + Send + 'static,
+        M: std::future::Future<Output = Result<Option<MetaTable>, Abandoned>> + Send + 'static,
     {
         let slot = self.slot(id).await?;
         let catalog = self.catalog.clone();
@@ -525,7 +544,10 @@ impl Store {
             // Metadata may come after the files (a multipart upload can carry
             // it last); it is complete once they are.
             let result = match result {
-                Ok((rows, stats)) => meta.await.map(|m| (rows, stats, m)),
+                Ok((rows, stats)) => meta
+                    .await
+                    .map(|m| (rows, stats, m))
+                    .map_err(|Abandoned| StoreError::Aborted),
                 Err(e) => Err(e),
             };
             let receipt = slot
@@ -611,6 +633,40 @@ impl Store {
     pub async fn stat(&self, id: &str, path: &str) -> Result<Entry> {
         let a = self.live(id).await?;
         a.stat(path)
+    }
+
+    /// The Iceberg namespace properties of archive `id` (its archive
+    /// properties and state, as `znippy.*` keys), as the catalog holds them.
+    pub async fn namespace_properties(&self, id: &str) -> Result<HashMap<String, String>> {
+        check_id(id)?;
+        match self.catalog.get_namespace(&Self::ns(id)).await {
+            Ok(ns) => Ok(ns.properties().clone()),
+            Err(e) if e.kind() == ErrorKind::NamespaceNotFound => {
+                Err(StoreError::NoArchive(id.to_string()))
+            }
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// Table `kind` of archive `id` at its latest commit, as any Iceberg client
+    /// loads it: the location of its current metadata file, that metadata, and
+    /// the file I/O to scan it with. This is what outside readers are served;
+    /// the store's own reads never scan the tables.
+    pub async fn table(&self, id: &str, kind: TableKind) -> Result<Table> {
+        check_id(id)?;
+        let ident = TableIdent::new(Self::ns(id), kind.name().to_string());
+        match self.catalog.load_table(&ident).await {
+            Ok(t) => Ok(t),
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    ErrorKind::TableNotFound | ErrorKind::NamespaceNotFound
+                ) =>
+            {
+                Err(StoreError::NoArchive(id.to_string()))
+            }
+            Err(e) => Err(e.into()),
+        }
     }
 
     /// The archive's metadata (absent, or a table).

@@ -98,11 +98,6 @@ impl Sidecar {
             .set_len(end)
             .map_err(|e| StoreError::io("truncating the sidecar", e))
     }
-
-    /// The file, for positioned reads.
-    pub fn file(&self) -> &File {
-        &self.file
-    }
 }
 
 impl znippy_format::ReadAt for Sidecar {

@@ -41,6 +41,33 @@ pub const FILES: &str = "files";
 /// Name of the metadata table.
 pub const META: &str = "meta";
 
+/// One of the two Iceberg tables of an archive.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TableKind {
+    /// `files`: one row per slice, and a tombstone per delete.
+    Files,
+    /// `meta`: one row per metadata fact, and a tombstone per delete.
+    Meta,
+}
+
+impl TableKind {
+    /// Both, in the order a listing names them.
+    pub const ALL: [TableKind; 2] = [TableKind::Files, TableKind::Meta];
+
+    /// The table's name in the archive's namespace.
+    pub fn name(self) -> &'static str {
+        match self {
+            TableKind::Files => FILES,
+            TableKind::Meta => META,
+        }
+    }
+
+    /// The kind named `name`, if any.
+    pub fn from_name(name: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|k| k.name() == name)
+    }
+}
+
 fn req(id: i32, name: &str, t: PrimitiveType) -> Arc<NestedField> {
     NestedField::required(id, name, Type::Primitive(t)).into()
 }
@@ -312,7 +339,7 @@ pub async fn write_batches(table: &Table, batches: Vec<RecordBatch>) -> Result<V
         Ok::<_, StoreError>(())
     })
     .await
-    .map_err(|e| StoreError::Corrupt(format!("fsync task: {e}")))??;
+    .map_err(|e| StoreError::Task(format!("fsync: {e}")))??;
     Ok(files)
 }
 
@@ -452,4 +479,108 @@ pub fn meta_rows(batches: &[RecordBatch]) -> Result<Vec<MetaLogRow>> {
         }
     }
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `files` names each entry's kind and a link's target for SQL readers, also
+    /// in a table created before those columns existed: opening the archive adds
+    /// them as optional columns.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn files_table_has_kind_and_link_target_columns_after_an_upgrade() {
+        use iceberg::{Catalog, TableCreation, TableIdent};
+        use znippy_format::{InputFile, S_IFDIR, S_IFLNK};
+
+        use crate::{CreateOptions, Store};
+
+        let tmp = tempfile::tempdir().unwrap();
+        let ident = TableIdent::from_strs(["znippy", "old", FILES]).unwrap();
+        {
+            let store = Store::open(tmp.path(), 2).await.unwrap();
+            store.create("old", CreateOptions::default()).await.unwrap();
+            // `files` as an earlier znippy created it: without the last two columns.
+            let current = files_schema();
+            let old_fields = current.as_struct().fields();
+            let old = Schema::builder()
+                .with_fields(old_fields[..old_fields.len() - 2].to_vec())
+                .build()
+                .unwrap();
+            assert!(old.field_by_name("kind").is_none());
+            store.catalog.purge_table(&ident).await.unwrap();
+            let creation = TableCreation::builder()
+                .name(FILES.to_string())
+                .schema(old)
+                .build();
+            store
+                .catalog
+                .create_table(ident.namespace(), creation)
+                .await
+                .unwrap();
+        }
+        let store = Store::open(tmp.path(), 2).await.unwrap();
+        let files = vec![
+            InputFile::from_bytes("f", b"text".to_vec(), Some(0o644)),
+            InputFile::from_bytes("l", b"../elsewhere/t".to_vec(), Some(S_IFLNK | 0o777)),
+            InputFile::from_bytes("d", Vec::new(), Some(S_IFDIR | 0o750)),
+        ];
+        store.append("old", files, None).await.unwrap();
+        store.delete_file("old", "f").await.unwrap();
+        let t = store.catalog.load_table(&ident).await.unwrap();
+        let schema = t.metadata().current_schema();
+        assert!(
+            schema.field_by_name("kind").is_some() && schema.field_by_name("link_target").is_some()
+        );
+        let batches = scan_all(&t).await.unwrap();
+        let mut seen: Vec<(String, bool, Option<String>, Option<String>)> = Vec::new();
+        for b in &batches {
+            let col = |n: &str| {
+                b.column_by_name(n)
+                    .unwrap()
+                    .as_any()
+                    .downcast_ref::<arrow_array::StringArray>()
+                    .unwrap()
+                    .clone()
+            };
+            let (path, kind, target) = (col("relative_path"), col("kind"), col("link_target"));
+            let tomb = b
+                .column_by_name("tombstone")
+                .unwrap()
+                .as_any()
+                .downcast_ref::<arrow_array::BooleanArray>()
+                .unwrap()
+                .clone();
+            for r in 0..b.num_rows() {
+                let opt =
+                    |a: &arrow_array::StringArray| a.is_valid(r).then(|| a.value(r).to_string());
+                seen.push((
+                    path.value(r).into(),
+                    tomb.value(r),
+                    opt(&kind),
+                    opt(&target),
+                ));
+            }
+        }
+        seen.sort();
+        let s = |x: &str| Some(x.to_string());
+        assert_eq!(
+            seen,
+            vec![
+                ("d".into(), false, s(Kind::Dir.name()), None),
+                ("f".into(), false, s(Kind::File.name()), None),
+                ("f".into(), true, None, None),
+                (
+                    "l".into(),
+                    false,
+                    s(Kind::Symlink.name()),
+                    s("../elsewhere/t")
+                ),
+            ]
+        );
+        // The store reads its rows back the same way.
+        let rows = file_rows(&batches).unwrap();
+        let link = rows.iter().find(|r| r.slice.relative_path == "l").unwrap();
+        assert_eq!(link.link_target.as_deref(), Some("../elsewhere/t"));
+    }
 }

@@ -212,10 +212,7 @@ async fn a_commit_may_not_move_the_blob_end_back() {
         async move {
             let table = c.load_table(&tid).await.unwrap();
             let tx = Transaction::new(&table);
-            let props = HashMap::from([(
-                znippy_store::catalog::BLOB_END_KEY.to_string(),
-                end.to_string(),
-            )]);
+            let props = HashMap::from([(znippy_store::BLOB_END_KEY.to_string(), end.to_string())]);
             tx.fast_append()
                 .set_snapshot_properties(props)
                 .apply(tx)

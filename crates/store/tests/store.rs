@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use znippy_format::{ArchiveProps, InputFile, MetaSearch, MetaTable, MetaValue, Metadata};
-use znippy_store::{ArchiveInfo, CreateOptions, State, Store, StoreError};
+use znippy_store::{ArchiveInfo, CreateOptions, State, Store, StoreError, TableKind};
 
 fn file(path: &str, bytes: &[u8]) -> InputFile {
     InputFile::from_bytes(path, bytes.to_vec(), Some(0o644))
@@ -357,10 +357,9 @@ async fn dropping_an_archive_removes_its_tables_and_sidecar() {
 }
 
 /// The data files and manifests `scan` of the current snapshot reads.
-async fn table_files(store: &Store, id: &str, table: &str) -> (usize, usize, usize) {
-    use iceberg::Catalog;
-    let ident = iceberg::TableIdent::from_strs(["znippy", id, table]).unwrap();
-    let t = store.catalog().load_table(&ident).await.unwrap();
+async fn table_files(store: &Store, id: &str, table: TableKind) -> (usize, usize, usize) {
+    use futures::TryStreamExt;
+    let t = store.table(id, table).await.unwrap();
     let md = t.metadata();
     let snap = md.current_snapshot().unwrap();
     let bytes = t
@@ -377,12 +376,9 @@ async fn table_files(store: &Store, id: &str, table: &str) -> (usize, usize, usi
         let manifest = m.load_manifest(t.file_io()).await.unwrap();
         data_files += manifest.entries().iter().filter(|e| e.is_alive()).count();
     }
-    let rows: usize = znippy_store::tables::scan_all(&t)
-        .await
-        .unwrap()
-        .iter()
-        .map(|b| b.num_rows())
-        .sum();
+    let scan = t.scan().select_all().build().unwrap();
+    let batches: Vec<_> = scan.to_arrow().await.unwrap().try_collect().await.unwrap();
+    let rows: usize = batches.iter().map(|b| b.num_rows()).sum();
     (list.entries().len(), data_files, rows)
 }
 
@@ -393,6 +389,9 @@ async fn table_files(store: &Store, id: &str, table: &str) -> (usize, usize, usi
 async fn many_appends_keep_the_tables_compact() {
     let tmp = tempfile::tempdir().unwrap();
     let mut want: std::collections::BTreeMap<String, Vec<u8>> = Default::default();
+    // What `n` each live path holds: the last append's value; a delete takes
+    // the file's facts with it.
+    let mut want_n: std::collections::BTreeMap<String, i64> = Default::default();
     let mut rows_appended = 0;
     {
         let store = Store::open(tmp.path(), 2).await.unwrap();
@@ -402,6 +401,7 @@ async fn many_appends_keep_the_tables_compact() {
                 let victim = want.keys().nth(i as usize % want.len()).cloned().unwrap();
                 store.delete_file("c", &victim).await.unwrap();
                 want.remove(victim.as_str());
+                want_n.remove(victim.as_str());
                 rows_appended += 1;
                 continue;
             }
@@ -419,14 +419,15 @@ async fn many_appends_keep_the_tables_compact() {
                 .append("c", vec![file(&path, &bytes)], Some(meta))
                 .await
                 .unwrap();
+            want_n.insert(path.clone(), i as i64);
             want.insert(path, bytes);
             rows_appended += 1;
         }
-        let (manifests, data_files, rows) = table_files(&store, "c", "files").await;
+        let (manifests, data_files, rows) = table_files(&store, "c", TableKind::Files).await;
         assert!(manifests <= 33, "{manifests} manifests");
         assert!(data_files <= 33, "{data_files} data files");
         assert_eq!(rows, rows_appended, "compaction keeps every row");
-        let (manifests, data_files, _) = table_files(&store, "c", "meta").await;
+        let (manifests, data_files, _) = table_files(&store, "c", TableKind::Meta).await;
         assert!(
             manifests <= 33 && data_files <= 33,
             "meta: {manifests} / {data_files}"
@@ -478,108 +479,17 @@ async fn many_appends_keep_the_tables_compact() {
     let MetaSearch::Hits(hits) = store.meta_by_key("c", "n").await.unwrap() else {
         panic!("metadata lost");
     };
-    assert!(hits.len() >= want.len());
+    let mut got: Vec<(String, i64)> = hits
+        .into_iter()
+        .map(|h| match (h.path, h.value) {
+            (Some(p), MetaValue::I64(n)) => (p, n),
+            other => panic!("unexpected fact {other:?}"),
+        })
+        .collect();
+    got.sort();
+    assert_eq!(got, want_n.into_iter().collect::<Vec<_>>());
     let info = store.info("c").await.unwrap();
     assert_eq!(info.appends, 150);
-}
-
-/// `files` names each entry's kind and a link's target for SQL readers, also
-/// in a table created before those columns existed: opening the archive adds
-/// them as optional columns.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn files_table_has_kind_and_link_target_columns_after_an_upgrade() {
-    use arrow_array::Array;
-    use iceberg::spec::Schema;
-    use iceberg::{Catalog, TableCreation, TableIdent};
-    use znippy_format::{Kind, S_IFDIR, S_IFLNK};
-    use znippy_store::tables;
-
-    let tmp = tempfile::tempdir().unwrap();
-    let ident = TableIdent::from_strs(["znippy", "old", tables::FILES]).unwrap();
-    {
-        let store = Store::open(tmp.path(), 2).await.unwrap();
-        create(&store, "old", false).await;
-        // `files` as an earlier znippy created it: without the last two columns.
-        let current = tables::files_schema();
-        let old_fields = current.as_struct().fields();
-        let old = Schema::builder()
-            .with_fields(old_fields[..old_fields.len() - 2].to_vec())
-            .build()
-            .unwrap();
-        assert!(old.field_by_name("kind").is_none());
-        store.catalog().purge_table(&ident).await.unwrap();
-        let creation = TableCreation::builder()
-            .name(tables::FILES.to_string())
-            .schema(old)
-            .build();
-        store
-            .catalog()
-            .create_table(ident.namespace(), creation)
-            .await
-            .unwrap();
-    }
-    let store = Store::open(tmp.path(), 2).await.unwrap();
-    let files = vec![
-        file("f", b"text"),
-        InputFile::from_bytes("l", b"../elsewhere/t".to_vec(), Some(S_IFLNK | 0o777)),
-        InputFile::from_bytes("d", Vec::new(), Some(S_IFDIR | 0o750)),
-    ];
-    store.append("old", files, None).await.unwrap();
-    store.delete_file("old", "f").await.unwrap();
-    let t = store.catalog().load_table(&ident).await.unwrap();
-    let schema = t.metadata().current_schema();
-    assert!(
-        schema.field_by_name("kind").is_some() && schema.field_by_name("link_target").is_some()
-    );
-    let batches = tables::scan_all(&t).await.unwrap();
-    let mut seen: Vec<(String, bool, Option<String>, Option<String>)> = Vec::new();
-    for b in &batches {
-        let col = |n: &str| {
-            b.column_by_name(n)
-                .unwrap()
-                .as_any()
-                .downcast_ref::<arrow_array::StringArray>()
-                .unwrap()
-                .clone()
-        };
-        let (path, kind, target) = (col("relative_path"), col("kind"), col("link_target"));
-        let tomb = b
-            .column_by_name("tombstone")
-            .unwrap()
-            .as_any()
-            .downcast_ref::<arrow_array::BooleanArray>()
-            .unwrap()
-            .clone();
-        for r in 0..b.num_rows() {
-            let opt = |a: &arrow_array::StringArray| a.is_valid(r).then(|| a.value(r).to_string());
-            seen.push((
-                path.value(r).into(),
-                tomb.value(r),
-                opt(&kind),
-                opt(&target),
-            ));
-        }
-    }
-    seen.sort();
-    let s = |x: &str| Some(x.to_string());
-    assert_eq!(
-        seen,
-        vec![
-            ("d".into(), false, s(Kind::Dir.name()), None),
-            ("f".into(), false, s(Kind::File.name()), None),
-            ("f".into(), true, None, None),
-            (
-                "l".into(),
-                false,
-                s(Kind::Symlink.name()),
-                s("../elsewhere/t")
-            ),
-        ]
-    );
-    // The store reads its rows back the same way.
-    let rows = tables::file_rows(&batches).unwrap();
-    let link = rows.iter().find(|r| r.slice.relative_path == "l").unwrap();
-    assert_eq!(link.link_target.as_deref(), Some("../elsewhere/t"));
 }
 
 /// Appends share one engine-memory budget: an archive whose one append could
