@@ -39,7 +39,8 @@
 //!   a directory without following links).
 //! - Inputs: `scan.rs` (a directory as one ordered batch), `tar.rs` (a tar
 //!   stream as a batch).
-//! - `error.rs`: the crate's one [`Error`].
+//! - `error.rs`: the crate's one [`Error`]; `failpoint.rs`: the named crash
+//!   points crash tests die at.
 //!
 //! ```
 //! use znippy_format::{compress, Archive, ArchiveProps, InputFile, Metadata};
@@ -60,6 +61,7 @@ mod blobs;
 mod engine;
 mod error;
 mod extract;
+mod failpoint;
 mod io;
 mod ipc;
 mod kind;
@@ -84,6 +86,7 @@ pub use blobs::{BlobRegion, BlobScratch};
 pub use engine::{codec_calls, BatchStats, Engine, InputFile, Source};
 pub use error::{Error, Result};
 pub use extract::{extract_all, extract_all_with, ExtractOptions, ExtractStats};
+pub use failpoint::failpoint;
 pub use io::{CountingReader, ReadAt};
 pub use kind::{Kind, MAX_LINK_TARGET, S_IFDIR, S_IFLNK, S_IFMT, S_IFREG};
 pub use manifest::SectionEntry;

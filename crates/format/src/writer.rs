@@ -138,6 +138,7 @@ where
     crate::ipc::read_at(&file, &mut old_tail, blob_end, "archive tail")?;
     drop(archive);
     undo::save(path, &file, blob_end, &old_tail)?;
+    crate::failpoint("append.undo-written");
 
     let result = append_after(
         &file, live, meta, props, blob_end, batch, update, threads, progress,
@@ -167,6 +168,7 @@ where
         );
         Error::io(what, e)
     })?;
+    crate::failpoint("append.undo-removed");
     result
 }
 
@@ -239,9 +241,11 @@ where
     out.flush()
         .map_err(|e| Error::io("writing the archive", e))?;
     drop(out);
+    crate::failpoint("append.tail-written");
     file.set_len(archive_len)
         .and_then(|_| file.sync_all())
         .map_err(|e| Error::io("finishing the archive", e))?;
+    crate::failpoint("append.synced");
     let mut summary = Summary::default();
     summary.add(stats);
     summary.archive_files = count_files(&live);

@@ -9,6 +9,7 @@
 //! Errors follow the REST spec's model (`{"error": {"message", "type",
 //! "code"}}`), which Iceberg clients parse, rather than the service's own.
 
+use axum::extract::rejection::QueryRejection;
 use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
@@ -79,13 +80,10 @@ async fn config() -> Json<Value> {
     Json(json!({ "defaults": {}, "overrides": {} }))
 }
 
-/// The spec's paging: `pageSize` caps a listing, and `pageToken` (the
-/// `next-page-token` of the previous page, opaque to clients: here the last
-/// name it listed) resumes it. Without `pageSize` a listing is whole. Every
-/// parameter is taken as text (and `pageSize` parsed here), so a bad one gets
-/// the spec's error model rather than the framework's.
+/// The query parameters of a listing, as text: they are checked here, so a
+/// bad one gets the spec's error model rather than the framework's.
 #[derive(serde::Deserialize)]
-struct Paging {
+struct Params {
     #[serde(rename = "pageToken")]
     page_token: Option<String>,
     #[serde(rename = "pageSize")]
@@ -93,44 +91,65 @@ struct Paging {
     parent: Option<String>,
 }
 
+/// The spec's paging: `pageSize` caps a listing, and `pageToken` (the
+/// `next-page-token` of the previous page, opaque to clients: here the last
+/// name it listed) resumes it. Without `pageSize` a listing is whole.
+struct Paging {
+    after: Option<String>,
+    size: Option<usize>,
+    parent: Option<String>,
+}
+
+fn bad_request(message: String) -> RestError {
+    RestError(StatusCode::BAD_REQUEST, "BadRequestException", message)
+}
+
 impl Paging {
-    /// One page of `names` (sorted), and the token of the next page, if any.
-    fn page<'a>(&self, names: &'a [String]) -> Result<(&'a [String], Option<String>), RestError> {
-        let start = match self.page_token.as_deref().filter(|t| !t.is_empty()) {
-            Some(after) => names.partition_point(|n| n.as_str() <= after),
-            None => 0,
-        };
-        let rest = &names[start..];
-        let size = match self.page_size.as_deref() {
+    fn from_query(q: Result<Query<Params>, QueryRejection>) -> Result<Self, RestError> {
+        let Query(p) = q.map_err(|e| bad_request(e.body_text()))?;
+        let size = match p.page_size.as_deref() {
             None => None,
             Some(n) => match n.parse::<usize>() {
                 Ok(n) if n > 0 => Some(n),
                 _ => {
-                    return Err(RestError(
-                        StatusCode::BAD_REQUEST,
-                        "BadRequestException",
-                        format!("pageSize must be a whole number of at least 1, not {n:?}"),
-                    ))
+                    return Err(bad_request(format!(
+                        "pageSize must be a whole number of at least 1, not {n:?}"
+                    )))
                 }
             },
         };
-        match size {
-            Some(n) if n < rest.len() => Ok((&rest[..n], Some(rest[n - 1].clone()))),
-            _ => Ok((rest, None)),
+        Ok(Paging {
+            after: p.page_token.filter(|t| !t.is_empty()),
+            size,
+            parent: p.parent,
+        })
+    }
+
+    /// One page of `names` (sorted), and the token of the next page, if any.
+    fn page<'a>(&self, names: &'a [String]) -> (&'a [String], Option<String>) {
+        let start = match &self.after {
+            Some(after) => names.partition_point(|n| n <= after),
+            None => 0,
+        };
+        let rest = &names[start..];
+        match self.size {
+            Some(n) if n < rest.len() => (&rest[..n], Some(rest[n - 1].clone())),
+            _ => (rest, None),
         }
     }
 }
 
 async fn namespaces(
     State(app): State<AppState>,
-    Query(paging): Query<Paging>,
+    q: Result<Query<Params>, QueryRejection>,
 ) -> Result<Json<Value>, RestError> {
+    let paging = Paging::from_query(q)?;
     // Archives are one level deep: nothing lives below one.
     if paging.parent.as_ref().is_some_and(|p| !p.is_empty()) {
         return Ok(Json(json!({ "namespaces": [] })));
     }
     let ids = app.store.list().await.map_err(internal)?;
-    let (page, next) = paging.page(&ids)?;
+    let (page, next) = paging.page(&ids);
     let list: Vec<[&String; 1]> = page.iter().map(|id| [id]).collect();
     Ok(Json(json!({ "namespaces": list, "next-page-token": next })))
 }
@@ -150,14 +169,15 @@ async fn namespace(
 async fn tables(
     State(app): State<AppState>,
     Path(ns): Path<String>,
-    Query(paging): Query<Paging>,
+    q: Result<Query<Params>, QueryRejection>,
 ) -> Result<Json<Value>, RestError> {
+    let paging = Paging::from_query(q)?;
     app.store
         .namespace_properties(&ns)
         .await
         .map_err(rest_error(&ns))?;
     let names: Vec<String> = TableKind::ALL.map(|t| t.name().to_string()).into();
-    let (page, next) = paging.page(&names)?;
+    let (page, next) = paging.page(&names);
     let ids: Vec<Value> = page
         .iter()
         .map(|t| json!({ "namespace": [ns], "name": t }))

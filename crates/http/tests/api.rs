@@ -452,11 +452,16 @@ async fn rest_catalog_pages_and_names_what_is_missing() {
     .await;
     assert_eq!(v["identifiers"][0]["name"], "files");
     assert_eq!(v["next-page-token"], "files");
-    let r = c.get(rest("namespaces?pageSize=0")).send().await.unwrap();
-    assert_eq!(
-        json(r, StatusCode::BAD_REQUEST).await["error"]["type"],
-        "BadRequestException"
-    );
+    for q in [
+        "namespaces?pageSize=0",
+        "namespaces?pageSize=Infinity&parent=p",
+        "namespaces?pageSize=1&pageSize=1",
+        "namespaces/a/tables?pageSize=-1",
+    ] {
+        let r = c.get(rest(q)).send().await.unwrap();
+        let v = json(r, StatusCode::BAD_REQUEST).await;
+        assert_eq!(v["error"]["type"], "BadRequestException", "{q}");
+    }
     let v = json(
         c.get(rest("namespaces/a/tables/files"))
             .send()

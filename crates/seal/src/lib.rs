@@ -157,10 +157,12 @@ fn write_sealed(plan: SealPlan) -> Result<SealReceipt, SealError> {
     let info = write_tail(&mut out, &plan, stats.blob_end, &rows)?;
     drop(out);
     file.sync_all().map_err(io("fsync of the sealed archive"))?;
+    znippy_format::failpoint("seal.copy-synced");
     std::fs::rename(&tmp, &path).map_err(io("publishing the sealed archive"))?;
     File::open(&plan.sealed_dir)
         .and_then(|d| d.sync_all())
         .map_err(io("fsync of the sealed directory"))?;
+    znippy_format::failpoint("seal.renamed");
     Ok(SealReceipt {
         path,
         size: info.archive_len,

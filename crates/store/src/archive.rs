@@ -28,8 +28,9 @@ use iceberg::table::Table;
 use iceberg::transaction::{ApplyTransactionAction, Transaction};
 use iceberg::{Catalog, NamespaceIdent, TableIdent};
 use znippy_format::{
-    check_file_rows, check_nesting, check_twins, nfc, ArchiveProps, BatchStats, BlobRegion,
-    BlobScratch, Engine, Entry, InputFile, Kind, MetaRow, MetaTable, Metadata, ReadAt, SliceRow,
+    check_file_rows, check_nesting, check_twins, failpoint, nfc, ArchiveProps, BatchStats,
+    BlobRegion, BlobScratch, Engine, Entry, InputFile, Kind, MetaRow, MetaTable, Metadata, ReadAt,
+    SliceRow,
 };
 
 use crate::catalog::{RedbCatalog, BLOB_END_KEY};
@@ -104,10 +105,12 @@ where
     } = pending;
     tokio::task::spawn_blocking(move || {
         let mut out = sidecar.writer_at(start);
-        let r = engine.write_batch(files, &mut out, &mut |_| {});
-        let r = r
-            .map_err(StoreError::from)
-            .and_then(|x| sidecar.sync().map(|_| x));
+        let r = engine
+            .write_batch(files, &mut out, &mut |_| {})
+            .map_err(StoreError::from);
+        failpoint("store.blobs-written");
+        let r = r.and_then(|x| sidecar.sync().map(|_| x));
+        failpoint("store.blobs-synced");
         (engine, r)
     })
     .await
@@ -166,6 +169,7 @@ impl SealPlan {
         out.flush()
             .map_err(|e| StoreError::io("writing the tail", e))?;
         drop(out);
+        failpoint("seal.tail-written");
         self.sidecar.truncate(len)?;
         self.sidecar.sync()?;
         Ok(SealedFile {
@@ -676,6 +680,7 @@ impl LiveArchive {
                 PENDING_META_KEY.into(),
                 encode_data_files(&meta_table, &pending)?,
             );
+            failpoint("store.meta-file-written");
             pending
         };
         let data = if file_rows.is_empty() {
@@ -683,7 +688,9 @@ impl LiveArchive {
         } else {
             tables::write_data_file(&files, tables::files_batch(&files, file_rows)?).await?
         };
+        failpoint("store.files-file-written");
         let snapshot_id = commit_files(catalog, &files, data, props).await?;
+        failpoint("store.files-committed");
         Ok((snapshot_id, pending))
     }
 
@@ -754,6 +761,7 @@ impl LiveArchive {
     ) -> Result<()> {
         let meta_table = catalog.load_table(&self.meta_ident).await?;
         commit_meta(catalog, &meta_table, pending, seq).await?;
+        failpoint("store.meta-committed");
         Ok(())
     }
 }

@@ -380,6 +380,8 @@ impl RedbCatalog {
         new: &str,
         blob_end: Option<(u64, u64)>,
     ) -> Result<()> {
+        // Every commit's next metadata file is written and synced by now.
+        znippy_format::failpoint("catalog.metadata-written");
         if let Some((before, after)) = blob_end {
             if after < before {
                 return Err(Error::new(

@@ -1,0 +1,335 @@
+//! Crashes at named points (`znippy_format::failpoint`): each test runs one
+//! change in a child process that aborts at one step of its commit, checks that
+//! the abort happened there, and asserts the exact state the protocol of
+//! docs/store.md (live appends, seal) or docs/format.md (native append)
+//! promises after a restart: the change fully there or fully absent, never in
+//! between, and the archive taking changes again.
+
+use std::collections::BTreeMap;
+use std::os::unix::process::ExitStatusExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use sha2::{Digest, Sha256};
+use znippy_format::{MetaSearch, MetaValue};
+use znippy_store::{Store, StoreError, TableKind};
+
+fn znippy(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_znippy"))
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+fn ok(args: &[&str]) {
+    let out = znippy(args);
+    assert!(
+        out.status.success(),
+        "{args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// Runs `args` armed to abort at `point`, and checks that it died there.
+fn die_at(point: &str, args: &[&str]) {
+    let out = Command::new(env!("CARGO_BIN_EXE_znippy"))
+        .args(args)
+        .env("ZNIPPY_FAILPOINT", point)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(
+        out.status.signal(),
+        Some(libc::SIGABRT),
+        "{args:?} should abort at {point}: {:?}, {stderr}",
+        out.status
+    );
+    assert!(
+        stderr.contains(&format!("failpoint {point} reached")),
+        "{point} not reached: {stderr}"
+    );
+}
+
+fn s(p: &Path) -> &str {
+    p.to_str().unwrap()
+}
+
+fn sha(path: &Path) -> [u8; 32] {
+    Sha256::digest(std::fs::read(path).unwrap()).into()
+}
+
+/// Batch `i`: a small file and one of 1 MiB, distinct per batch.
+fn batch(root: &Path, i: u64) -> (PathBuf, BTreeMap<String, Vec<u8>>) {
+    let dir = root.join(format!("batch{i}"));
+    std::fs::create_dir_all(&dir).unwrap();
+    let mut x = (i + 1).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    let mut bytes = |n: usize| -> Vec<u8> {
+        (0..n)
+            .map(|_| {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                b"znippy crash points "[(x >> 59) as usize % 20]
+            })
+            .collect()
+    };
+    let files = BTreeMap::from([
+        (format!("x{i}"), bytes(5_000)),
+        (format!("y{i}"), bytes(1 << 20)),
+    ]);
+    for (name, b) in &files {
+        std::fs::write(dir.join(name), b).unwrap();
+    }
+    (dir, files)
+}
+
+/// `znippy live --data DATA ARGS...`
+fn live<'a>(data: &'a Path, args: &[&'a str]) -> Vec<&'a str> {
+    let mut v = vec!["live", "--data", s(data), "--threads", "2"];
+    v.extend_from_slice(args);
+    v
+}
+
+async fn read(store: &Store, path: &str) -> Result<Vec<u8>, StoreError> {
+    let mut out = Vec::new();
+    store.read_file("a", path, &mut out).await.map(|_| out)
+}
+
+/// The `znippy.append-seq` the current snapshot of table `kind` records.
+async fn table_seq(store: &Store, kind: TableKind) -> u64 {
+    let t = store.table("a", kind).await.unwrap();
+    let snap = t.metadata().current_snapshot().unwrap();
+    snap.summary().additional_properties["znippy.append-seq"]
+        .parse()
+        .unwrap()
+}
+
+/// The store after a crash in the append of batch 1 (batch 0 acknowledged
+/// before it): batch 1 with its fact is there whole, or not at all, and
+/// both tables record `appends` appends.
+async fn check_live(data: &Path, root: &Path, batch1_there: bool, appends: u64) {
+    let store = Store::open(data, 1).await.unwrap();
+    let info = store.info("a").await.unwrap();
+    assert_eq!(
+        std::fs::metadata(data.join("blobs/a.znippy"))
+            .unwrap()
+            .len(),
+        info.bytes_stored,
+        "the sidecar is cut back to the committed blob end"
+    );
+    let (_, b0) = batch(root, 0);
+    let (_, b1) = batch(root, 1);
+    for (path, bytes) in &b0 {
+        assert_eq!(&read(&store, path).await.unwrap(), bytes, "{path}");
+    }
+    for (path, bytes) in &b1 {
+        match read(&store, path).await {
+            Ok(got) if batch1_there => assert_eq!(&got, bytes, "{path}"),
+            Err(StoreError::NotFound(_)) if !batch1_there => {}
+            other => panic!("{path}: {:?}", other.map(|b| b.len())),
+        }
+    }
+    assert_eq!(info.appends, appends);
+    let MetaSearch::Hits(hits) = store.meta_by_key("a", "k").await.unwrap() else {
+        panic!("the acknowledged fact is gone");
+    };
+    let facts: Vec<(String, MetaValue)> = hits
+        .into_iter()
+        .map(|h| (h.path.unwrap(), h.value))
+        .collect();
+    let mut want = vec![("x0".to_string(), MetaValue::Str("zero".into()))];
+    if batch1_there {
+        want.push(("x1".to_string(), MetaValue::Str("one".into())));
+    }
+    assert_eq!(facts, want);
+    // Both tables at the same append: the metadata rolled forward if it had
+    // to (a crash between the two commits).
+    assert_eq!(table_seq(&store, TableKind::Files).await, appends);
+    assert_eq!(table_seq(&store, TableKind::Meta).await, appends);
+    store.close().await;
+}
+
+/// Dies at `point` in the second append of a live archive, then checks the
+/// store and that it takes the append again.
+async fn live_append_dies_at(point: &str, batch1_there: bool) {
+    let tmp = tempfile::tempdir().unwrap();
+    let (root, data) = (tmp.path(), tmp.path().join("data"));
+    ok(&live(&data, &["create", "a"]));
+    let (b0, _) = batch(root, 0);
+    let (b1, _) = batch(root, 1);
+    ok(&live(
+        &data,
+        &["append", "a", s(&b0), "--meta", "x0=k=zero"],
+    ));
+    die_at(
+        point,
+        &live(&data, &["append", "a", s(&b1), "--meta", "x1=k=one"]),
+    );
+    let appends = if batch1_there { 2 } else { 1 };
+    check_live(&data, root, batch1_there, appends).await;
+    ok(&live(&data, &["append", "a", s(&b1), "--meta", "x1=k=one"]));
+    check_live(&data, root, true, appends + 1).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn live_append_blobs_written() {
+    live_append_dies_at("store.blobs-written", false).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn live_append_blobs_synced() {
+    live_append_dies_at("store.blobs-synced", false).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn live_append_meta_file_written() {
+    live_append_dies_at("store.meta-file-written", false).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn live_append_files_file_written() {
+    live_append_dies_at("store.files-file-written", false).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn live_append_catalog_metadata_written() {
+    live_append_dies_at("catalog.metadata-written", false).await;
+}
+
+/// The files commit is the append's commit point: after it the metadata is
+/// rolled forward on open.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn live_append_files_committed_rolls_the_metadata_forward() {
+    live_append_dies_at("store.files-committed", true).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn live_append_meta_committed() {
+    live_append_dies_at("store.meta-committed", true).await;
+}
+
+/// Builds live archive `a` in `data` from batches 0 and 1, with batch 0's
+/// small file deleted when `dead` (so the seal re-packs).
+fn live_for_seal(data: &Path, root: &Path, dead: bool) {
+    ok(&live(data, &["create", "a"]));
+    for i in 0..2 {
+        let (b, _) = batch(root, i);
+        ok(&live(data, &["append", "a", s(&b)]));
+    }
+    if dead {
+        ok(&live(data, &["rm", "a", "x0"]));
+    }
+}
+
+/// Dies at `point` while sealing, then checks the archive is still live and
+/// whole, and that sealing again gives the bytes an uninterrupted seal gives.
+async fn seal_dies_at(point: &str, dead: bool) {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path();
+    let (data, twin) = (root.join("data"), root.join("twin"));
+    live_for_seal(&data, root, dead);
+    live_for_seal(&twin, root, dead);
+    let want = root.join("want.znippy");
+    ok(&["seal", "--data", s(&twin), "a", "-o", s(&want)]);
+
+    die_at(point, &["seal", "--data", s(&data), "a"]);
+    {
+        let store = Store::open(&data, 1).await.unwrap();
+        let info = store.info("a").await.unwrap();
+        assert_eq!(info.state, znippy_store::State::Live);
+        assert_eq!(
+            std::fs::metadata(data.join("blobs/a.znippy"))
+                .unwrap()
+                .len(),
+            info.bytes_stored,
+            "a partial in-place tail is cut off"
+        );
+        for i in 0..2 {
+            for (path, bytes) in batch(root, i).1 {
+                match read(&store, &path).await {
+                    Ok(got) => assert_eq!(got, bytes, "{path}"),
+                    Err(StoreError::NotFound(_)) if dead && path == "x0" => {}
+                    Err(e) => panic!("{path}: {e}"),
+                }
+            }
+        }
+        store.close().await;
+    }
+    let got = root.join("got.znippy");
+    ok(&["seal", "--data", s(&data), "a", "-o", s(&got)]);
+    assert_eq!(sha(&got), sha(&want), "sealing again gives the same bytes");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn seal_in_place_tail_written() {
+    seal_dies_at("seal.tail-written", false).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn seal_repack_copy_synced() {
+    seal_dies_at("seal.copy-synced", true).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn seal_repack_renamed_before_it_is_recorded() {
+    seal_dies_at("seal.renamed", true).await;
+}
+
+/// Dies at `point` in `znippy append`, then checks what `znippy recover` (or
+/// nothing, once the undo file is gone) leaves: the archive before the append,
+/// byte for byte, or the archive after it.
+fn native_append_dies_at(point: &str, appended: bool) {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path();
+    let (b0, _) = batch(root, 0);
+    let (b1, files1) = batch(root, 1);
+    let (arc, twin) = (root.join("a.znippy"), root.join("twin.znippy"));
+    ok(&["compress", s(&b0), "-o", s(&arc), "--threads", "2"]);
+    let before = sha(&arc);
+    std::fs::copy(&arc, &twin).unwrap();
+    ok(&["append", s(&twin), s(&b1), "--threads", "2"]);
+    let after = sha(&twin);
+
+    die_at(point, &["append", s(&arc), s(&b1), "--threads", "2"]);
+    let undo = znippy_format::undo_path(&arc);
+    assert_eq!(undo.exists(), !appended, "the undo file");
+    if !appended {
+        let refused = znippy(&["list", s(&arc)]);
+        assert!(!refused.status.success(), "an unfinished append is refused");
+        assert!(String::from_utf8_lossy(&refused.stderr).contains("znippy recover"));
+        ok(&["recover", s(&arc)]);
+    }
+    ok(&["verify", s(&arc)]);
+    if appended {
+        assert_eq!(sha(&arc), after);
+    } else {
+        assert_eq!(sha(&arc), before);
+        // And it takes the append again.
+        ok(&["append", s(&arc), s(&b1), "--threads", "2"]);
+        assert_eq!(sha(&arc), after);
+    }
+    let out = znippy(&["get", s(&arc), "y1"]);
+    assert_eq!(out.stdout, files1["y1"]);
+}
+
+#[test]
+fn native_append_undo_written() {
+    native_append_dies_at("append.undo-written", false);
+}
+
+#[test]
+fn native_append_tail_written() {
+    native_append_dies_at("append.tail-written", false);
+}
+
+/// Synced but the undo file still there: recover undoes the append, as
+/// docs/format.md says.
+#[test]
+fn native_append_synced() {
+    native_append_dies_at("append.synced", false);
+}
+
+#[test]
+fn native_append_undo_removed() {
+    native_append_dies_at("append.undo-removed", true);
+}
