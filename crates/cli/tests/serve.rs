@@ -131,6 +131,17 @@ fn list(addr: &str, id: &str) -> Vec<String> {
         .collect()
 }
 
+/// The server's `znippy_http_bytes_in_total`: request body bytes taken in.
+fn bytes_in(addr: &str) -> u64 {
+    let (st, body) = http(addr, "GET", "/metrics", b"").unwrap();
+    assert_eq!(st, 200);
+    String::from_utf8_lossy(&body)
+        .lines()
+        .find_map(|l| l.strip_prefix("znippy_http_bytes_in_total "))
+        .and_then(|n| n.trim().parse().ok())
+        .expect("bytes_in_total in /metrics")
+}
+
 #[test]
 fn sigkill_during_uploads_loses_nothing_acknowledged() {
     let dir = tempfile::tempdir().unwrap();
@@ -179,15 +190,9 @@ fn sigkill_during_uploads_loses_nothing_acknowledged() {
             assert_eq!(st, 200, "{path}");
         }
         let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
-        let in_flight = Arc::new(std::sync::atomic::AtomicU64::new(0));
         let mut workers = Vec::new();
         for t in 0..4u64 {
-            let (addr, acked, stop, in_flight) = (
-                s.addr.clone(),
-                acked.clone(),
-                stop.clone(),
-                in_flight.clone(),
-            );
+            let (addr, acked, stop) = (s.addr.clone(), acked.clone(), stop.clone());
             workers.push(std::thread::spawn(move || {
                 let mut i = 0u64;
                 while !stop.load(std::sync::atomic::Ordering::Relaxed) {
@@ -198,7 +203,6 @@ fn sigkill_during_uploads_loses_nothing_acknowledged() {
                         20_000 + (i as usize * 7919) % 50_000
                     };
                     let body = content(round * 1_000_000 + t * 10_000 + i, size);
-                    in_flight.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                     match http(&addr, "PUT", &format!("/archives/k/files/{path}"), &body) {
                         Ok((200, _)) => {
                             acked.lock().unwrap().insert(path, body);
@@ -206,20 +210,30 @@ fn sigkill_during_uploads_loses_nothing_acknowledged() {
                         Ok((st, b)) => panic!("{path}: {st} {}", String::from_utf8_lossy(&b)),
                         Err(_) => return,
                     }
-                    in_flight.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
                     i += 1;
                 }
             }));
         }
         std::thread::sleep(Duration::from_millis(300 + next() % 1200));
-        if in_flight.load(std::sync::atomic::Ordering::Relaxed) > 0 {
-            killed_mid_upload += 1;
-        }
+        // Body bytes the server had taken in just before the kill: more than
+        // the round's acknowledged uploads hold means an upload had reached
+        // the server and was not acknowledged when the kill landed.
+        let received = bytes_in(&s.addr);
         signal(&s.child, libc::SIGKILL);
         s.child.wait().unwrap();
         stop.store(true, std::sync::atomic::Ordering::Relaxed);
         for w in workers {
             w.join().unwrap();
+        }
+        let round_acked: u64 = acked
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|(p, _)| p.starts_with(&format!("r{round}/")))
+            .map(|(_, b)| b.len() as u64)
+            .sum();
+        if received > round_acked {
+            killed_mid_upload += 1;
         }
     }
     assert!(killed_mid_upload > 0, "no kill landed during an upload");

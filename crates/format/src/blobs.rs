@@ -127,6 +127,12 @@ impl BlobRegion {
     ) -> Result<u64> {
         let mut written = 0;
         for row in rows {
+            if row.uncompressed_size == 0 {
+                // Nothing to write, but an empty slice is checked like any
+                // other: a size flipped to 0 must not read as an empty file.
+                self.read_slice(src, row, scratch)?;
+                continue;
+            }
             let start = row.fdata_offset;
             let end = start.saturating_add(row.uncompressed_size);
             if end <= range.start {

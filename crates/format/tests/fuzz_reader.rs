@@ -1,17 +1,42 @@
 //! A mutation fuzzer for the reader, bounded in time: open, list, get, metadata,
-//! verify and extract on mutated archives must return errors, never panic, hang
-//! or allocate by an untrusted number (an allocation failure aborts the test).
+//! verify and extract on mutated archives must return errors or right answers,
+//! never panic, hang or allocate by an untrusted number.
 //!
-//! `ZNIPPY_FUZZ_SECS` sets the budget (default 5 s; CI runs 60 s). A failure
+//! - **Oracle.** Every file a mutated archive still gives back is checked
+//!   against the files it was made of: its bytes are its own original bytes,
+//!   or, when a flipped byte renamed an entry, some other original file's,
+//!   and then `verify` must fail. Bytes are never invented or damaged (every
+//!   slice is BLAKE3-checked); names can move because normal reads do not
+//!   hash the lookup section (that would cost O(index) per get), which
+//!   `verify` does.
+//! - **Allocation cap.** The test binary's allocator refuses to hold more
+//!   than 1 GiB in all (the reader's largest legitimate buffers are a few
+//!   times the 64 MiB chunk limit), which aborts the run.
+//! - **Watchdog.** A case that runs for more than 20 s aborts the run.
+//!
+//! `ZNIPPY_FUZZ_SECS` sets the budget (default 5 s; CI runs 30 s). A failure
 //! prints the seed and iteration, and writes the input to the temp directory.
 
 mod common;
 
+use std::alloc::System;
+use std::collections::BTreeMap;
 use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use common::*;
 use znippy_format::{extract_all, Archive, ArchiveProps, InputFile, Metadata};
+
+/// The system allocator, capped: a buffer sized by a field the mutation made
+/// huge fails to allocate, which aborts the run.
+#[global_allocator]
+static ALLOC: cap::Cap<System> = cap::Cap::new(System, ALLOC_CAP);
+
+const ALLOC_CAP: usize = 1 << 30;
+
+/// The files an archive was made of.
+type Files = BTreeMap<String, Vec<u8>>;
 
 struct Rng(u64);
 impl Rng {
@@ -26,7 +51,7 @@ impl Rng {
     }
 }
 
-fn seeds() -> Vec<Vec<u8>> {
+fn seeds() -> Vec<(Vec<u8>, Files)> {
     let files: Vec<(String, Vec<u8>)> = (0..40)
         .map(|i| {
             (
@@ -66,7 +91,14 @@ fn seeds() -> Vec<Vec<u8>> {
     )
     .unwrap();
     let empty = archive_of(&[], small_props(), &Metadata::Absent);
-    vec![with_meta, plain, two_batches, empty]
+    let all: Files = files.iter().cloned().collect();
+    let first5: Files = files[..5].iter().cloned().collect();
+    vec![
+        (with_meta, all.clone()),
+        (plain, first5),
+        (two_batches, all),
+        (empty, Files::new()),
+    ]
 }
 
 const INTERESTING: [u64; 9] = [
@@ -130,26 +162,60 @@ fn mutate(rng: &mut Rng, mut b: Vec<u8>) -> Vec<u8> {
     b
 }
 
-fn exercise(bytes: &[u8], extract_to: Option<&std::path::Path>) {
-    let Ok(a) = Archive::open(bytes) else { return };
-    if let Ok(paths) = a.list("") {
-        for p in paths.iter().take(8) {
-            let _ = a.read_file(p, &mut Vec::new());
+/// Checks one file a mutated archive gave back (see the oracle above);
+/// returns whether its name was the original's.
+fn check_answer(original: &Files, path: &str, got: &[u8]) -> bool {
+    match original.get(path) {
+        Some(want) if want.as_slice() == got => true,
+        // The lookup's path column is not hashed: a renamed entry still has
+        // its own bytes, which are some original file's.
+        _ => {
+            assert!(
+                original.values().any(|b| b.as_slice() == got),
+                "{path:?}: {} bytes that no original file holds",
+                got.len()
+            );
+            false
         }
     }
+}
+
+fn exercise(bytes: &[u8], original: &Files, extract_to: Option<&std::path::Path>) {
+    let Ok(a) = Archive::open(bytes) else { return };
+    let mut renamed = false;
+    let mut read = |p: &str| {
+        let mut out = Vec::new();
+        if a.read_file(p, &mut out).is_ok() {
+            renamed |= !check_answer(original, p, &out);
+        }
+    };
+    if let Ok(paths) = a.list("") {
+        for p in paths.iter().take(8) {
+            read(p);
+        }
+    }
+    read("big");
     let _ = a.list("d1/");
     let _ = a.entries("");
-    let _ = a.read_file("big", &mut Vec::new());
     let _ = a.metadata();
     let _ = a.data_rows();
-    let _ = a.verify(1);
+    let verified = a.verify(1).is_ok();
+    assert!(
+        !(renamed && verified),
+        "verify passed an archive with a renamed entry"
+    );
     if let Some(dir) = extract_to {
         if extract_all(&a, dir, 2, &|_| {}).is_ok() {
-            // Whatever was extracted is a plain tree inside `dir`.
+            // Whatever was extracted is a plain tree inside `dir`, of the
+            // original files' bytes.
             for entry in walk(dir) {
                 let m = std::fs::symlink_metadata(&entry).unwrap();
                 assert!(!m.file_type().is_symlink(), "extraction made a symlink");
                 assert!(entry.starts_with(dir));
+                if m.is_file() {
+                    let rel = entry.strip_prefix(dir).unwrap().to_string_lossy();
+                    check_answer(original, &rel, &std::fs::read(&entry).unwrap());
+                }
             }
         }
     }
@@ -180,14 +246,28 @@ fn reader_survives_mutated_archives() {
     let seeds = seeds();
     let tmp = tempfile::tempdir().unwrap();
     let mut rng = Rng(seed | 1);
-    let deadline = Instant::now() + Duration::from_secs(secs);
+    let start = Instant::now();
+    let deadline = start + Duration::from_secs(secs);
+    // When the running case started (ms since `start`), for the watchdog.
+    static CASE_STARTED: AtomicU64 = AtomicU64::new(0);
+    const IDLE: u64 = u64::MAX;
+    std::thread::spawn(move || loop {
+        std::thread::sleep(Duration::from_secs(1));
+        let began = CASE_STARTED.load(Ordering::Relaxed);
+        if began != IDLE && start.elapsed().as_millis() as u64 > began + 20_000 {
+            eprintln!("a fuzz case ran for over 20 s (ZNIPPY_FUZZ_SEED={seed}): a hang");
+            std::process::abort();
+        }
+    });
     let mut iterations = 0u64;
     while Instant::now() < deadline {
+        CASE_STARTED.store(start.elapsed().as_millis() as u64, Ordering::Relaxed);
         let pick = rng.below(seeds.len());
-        let input = mutate(&mut rng, seeds[pick].clone());
+        let (seed_bytes, original) = &seeds[pick];
+        let input = mutate(&mut rng, seed_bytes.clone());
         let dir = tmp.path().join(format!("x{iterations}"));
         let extract = iterations.is_multiple_of(16).then_some(dir.as_path());
-        let r = catch_unwind(AssertUnwindSafe(|| exercise(&input, extract)));
+        let r = catch_unwind(AssertUnwindSafe(|| exercise(&input, original, extract)));
         if r.is_err() {
             let saved = tmp.path().join("crash.znippy");
             std::fs::write(&saved, &input).unwrap();
@@ -202,6 +282,7 @@ fn reader_survives_mutated_archives() {
         }
         iterations += 1;
     }
+    CASE_STARTED.store(IDLE, Ordering::Relaxed);
     eprintln!("fuzzed {iterations} mutated archives in {secs} s");
     assert!(iterations > 0);
 }

@@ -73,3 +73,91 @@ fn a_fixed_input_compresses_to_pinned_bytes() {
         );
     }
 }
+
+/// docs/format.md's worked example (section 3.7), row by row, and its bytes.
+#[test]
+fn the_worked_example_of_the_format_document() {
+    let abcdefgh: Vec<u8> = b"abcdefgh"
+        .iter()
+        .copied()
+        .cycle()
+        .take(1_600_000)
+        .collect();
+    let batch = vec![
+        file("a.txt", b"hello\n".to_vec()),
+        file("big.txt", abcdefgh),
+        file("d/dup.txt", b"hello\n".to_vec()),
+        file("d/empty2", Vec::new()),
+        file("d/rand.bin", noise(11, 300_000)),
+        file("d/y.png", b"x".to_vec()),
+        file("empty", Vec::new()),
+    ];
+    let props = ArchiveProps {
+        chunk_size: 64 << 10,
+        pack_threshold: 16 << 10,
+        level: 3,
+    };
+    let mut out = Vec::new();
+    compress(&mut out, [batch], props, 2, &Metadata::Absent, &mut |_| {}).unwrap();
+    let a = znippy_format::Archive::open(out.as_slice()).unwrap();
+
+    // (seq, path, fdata_offset, size, blob_offset, blob_size, compressed),
+    // blob_inner_offset 0 throughout, as the document's table has them.
+    let mut want: Vec<(u64, &str, u64, u64, u64, u64, bool)> = vec![
+        (0, "a.txt", 0, 6, 0, 6, false),
+        (1, "big.txt", 0, 65536, 6, 26, true),
+    ];
+    for k in 1..24 {
+        want.push((1 + k, "big.txt", 65536 * k, 65536, 6, 26, true));
+    }
+    want.push((25, "big.txt", 1_572_864, 27_136, 32, 26, true));
+    want.push((26, "d/dup.txt", 0, 6, 0, 6, false));
+    want.push((27, "d/empty2", 0, 0, 58, 0, false));
+    for k in 0..5 {
+        let size = if k == 4 { 37_856 } else { 65_536 };
+        want.push((
+            28 + k,
+            "d/rand.bin",
+            65_536 * k,
+            size,
+            58 + 65_536 * k,
+            size,
+            false,
+        ));
+    }
+    want.push((33, "d/y.png", 0, 1, 300_058, 1, false));
+    want.push((34, "empty", 0, 0, 58, 0, false));
+    let got: Vec<(u64, &str, u64, u64, u64, u64, bool)> = a
+        .data_rows()
+        .unwrap()
+        .iter()
+        .map(|r| {
+            assert_eq!(r.blob_inner_offset, 0, "{}", r.relative_path);
+            (
+                r.chunk_seq,
+                // The paths of `want` outlive the rows: compare by value.
+                want.iter()
+                    .map(|w| w.1)
+                    .find(|p| *p == r.relative_path)
+                    .unwrap_or("?"),
+                r.fdata_offset,
+                r.uncompressed_size,
+                r.blob_offset,
+                r.blob_size,
+                r.compressed,
+            )
+        })
+        .collect();
+    assert_eq!(got, want);
+    assert_eq!(a.blob_end(), 300_059);
+    assert_eq!(
+        a.sections()[0].index_offset,
+        300_096,
+        "first section at the next multiple of 64"
+    );
+    let sha = format!("{:x}", Sha256::digest(&out));
+    assert_eq!(
+        sha, "434fddc2724901511eba4385c4be09facf78e4d28296a61112a86bd60c57545f",
+        "the worked example's bytes"
+    );
+}

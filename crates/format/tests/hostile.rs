@@ -168,8 +168,11 @@ fn absurd_section_lengths_and_counts_are_refused() {
 fn absurd_row_numbers_are_refused_before_allocating() {
     let blob = b"hello".to_vec();
     let base = raw_row("x", 0, 0, &blob);
-    let evil: [Tamper<znippy_format::SliceRow>; 7] = [
+    let evil: [Tamper<znippy_format::SliceRow>; 8] = [
         ("huge size", &|r| r.uncompressed_size = u64::MAX / 2),
+        // Found by the fuzzer's oracle: an empty slice was not checked, so
+        // the file read as empty.
+        ("size zero", &|r| r.uncompressed_size = 0),
         ("huge blob", &|r| r.blob_size = u64::MAX),
         ("blob past end", &|r| r.blob_offset = 1 << 40),
         ("inner past blob", &|r| r.blob_inner_offset = 3),
