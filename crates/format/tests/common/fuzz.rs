@@ -1,0 +1,144 @@
+//! The mutation fuzzers' shared parts: the generator, the mutations and
+//! the time-bounded loop with its watchdog. Each fuzz test includes this file
+//! and declares its own capped allocator.
+#![allow(dead_code)]
+
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+/// xorshift64: fast, and the same run for the same seed.
+pub struct Rng(pub u64);
+impl Rng {
+    pub fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+    pub fn below(&mut self, n: usize) -> usize {
+        (self.next() % n.max(1) as u64) as usize
+    }
+}
+
+/// Values that sit on the edges of the fields they land in.
+const INTERESTING: [u64; 9] = [
+    0,
+    1,
+    63,
+    64,
+    0x7fff_ffff,
+    0xffff_ffff,
+    0x8000_0000_0000_0000,
+    u64::MAX,
+    65_536,
+];
+
+/// One to four mutations of `b`: bit flips, bytes, edge values, truncation,
+/// inserted junk, copied runs. With `tail_bias` most land in the last 40%
+/// (an archive's tail is where its structure is).
+pub fn mutate(rng: &mut Rng, mut b: Vec<u8>, tail_bias: bool) -> Vec<u8> {
+    for _ in 0..1 + rng.below(4) {
+        let len = b.len().max(1);
+        // Most bytes worth hitting are in the tail: the last ~40%.
+        let pos = if tail_bias && rng.below(10) < 7 {
+            len - 1 - rng.below(len * 2 / 5 + 1).min(len - 1)
+        } else {
+            rng.below(len)
+        };
+        let at = pos.min(b.len().saturating_sub(1));
+        match rng.below(7) {
+            0 if !b.is_empty() => b[at] ^= 1 << rng.below(8),
+            1 if !b.is_empty() => b[at] = rng.next() as u8,
+            2 => {
+                let v = INTERESTING[rng.below(INTERESTING.len())].to_le_bytes();
+                let w = [1, 2, 4, 8][rng.below(4)];
+                for (k, byte) in v[..w].iter().enumerate() {
+                    if let Some(x) = b.get_mut(pos + k) {
+                        *x = *byte;
+                    }
+                }
+            }
+            3 => b.truncate(rng.below(len)),
+            4 => {
+                let n = 1 + rng.below(64);
+                let junk: Vec<u8> = (0..n).map(|_| rng.next() as u8).collect();
+                let at = pos.min(b.len());
+                b.splice(at..at, junk);
+            }
+            5 if b.len() > 64 => {
+                let n = 1 + rng.below(64);
+                let from = rng.below(b.len() - n);
+                let to = rng.below(b.len() - n);
+                let chunk = b[from..from + n].to_vec();
+                b[to..to + n].copy_from_slice(&chunk);
+            }
+            _ => {
+                let n = b.len();
+                if n >= 8 {
+                    // Point the manifest offset somewhere plausible but wrong.
+                    let off = rng.below(n) as u64;
+                    b[n - 8..].copy_from_slice(&off.to_le_bytes());
+                }
+            }
+        }
+    }
+    b
+}
+
+/// Runs `case` on mutations of the `seeds` for `ZNIPPY_FUZZ_SECS` (default 5),
+/// from `ZNIPPY_FUZZ_SEED`; returns the number of cases. A panicking case
+/// fails the run with the seed, the iteration and the input kept on disk; a
+/// case running for over 20 s aborts it (a hang).
+pub fn run<S>(
+    seeds: &[(Vec<u8>, S)],
+    tail_bias: bool,
+    mut case: impl FnMut(&[u8], &S, u64, &Path),
+) -> u64 {
+    let secs: u64 = std::env::var("ZNIPPY_FUZZ_SECS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(5);
+    let seed: u64 = std::env::var("ZNIPPY_FUZZ_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0x5eed);
+    let tmp = tempfile::tempdir().unwrap();
+    let mut rng = Rng(seed | 1);
+    let start = Instant::now();
+    let deadline = start + Duration::from_secs(secs);
+    // When the running case started (ms since `start`), for the watchdog.
+    static CASE_STARTED: AtomicU64 = AtomicU64::new(IDLE);
+    const IDLE: u64 = u64::MAX;
+    std::thread::spawn(move || loop {
+        std::thread::sleep(Duration::from_secs(1));
+        let began = CASE_STARTED.load(Ordering::Relaxed);
+        if began != IDLE && start.elapsed().as_millis() as u64 > began + 20_000 {
+            eprintln!("a fuzz case ran for over 20 s (ZNIPPY_FUZZ_SEED={seed}): a hang");
+            std::process::abort();
+        }
+    });
+    let mut iterations = 0u64;
+    while Instant::now() < deadline {
+        CASE_STARTED.store(start.elapsed().as_millis() as u64, Ordering::Relaxed);
+        let (seed_bytes, seed_info) = &seeds[rng.below(seeds.len())];
+        let input = mutate(&mut rng, seed_bytes.clone(), tail_bias);
+        let r = catch_unwind(AssertUnwindSafe(|| {
+            case(&input, seed_info, iterations, tmp.path())
+        }));
+        if r.is_err() {
+            std::fs::write(tmp.path().join("crash.input"), &input).unwrap();
+            let kept = tmp.keep();
+            panic!(
+                "panic on iteration {iterations} (ZNIPPY_FUZZ_SEED={seed}); input kept in {}",
+                kept.join("crash.input").display()
+            );
+        }
+        iterations += 1;
+    }
+    CASE_STARTED.store(IDLE, Ordering::Relaxed);
+    eprintln!("fuzzed {iterations} mutated inputs in {secs} s");
+    assert!(iterations > 0);
+    iterations
+}
