@@ -274,7 +274,15 @@ fn sigterm_finishes_the_upload_in_flight() {
     )
     .unwrap();
     conn.write_all(&body[..1_000_000]).unwrap();
-    std::thread::sleep(Duration::from_millis(200));
+    // The upload is in flight once the server has taken its first megabyte.
+    let start = Instant::now();
+    while bytes_in(&s.addr) < 1_000_000 {
+        assert!(
+            start.elapsed() < Duration::from_secs(20),
+            "the upload never started"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
     signal(&s.child, libc::SIGTERM);
     std::thread::sleep(Duration::from_millis(300));
     // The process is still there, waiting for this upload.

@@ -18,14 +18,13 @@
 //! prints the seed and iteration, and writes the input to the temp directory.
 
 mod common;
-#[path = "common/fuzz.rs"]
-mod fuzz;
 
 use std::alloc::System;
 use std::collections::BTreeMap;
 
 use common::*;
 use znippy_format::{extract_all, Archive, ArchiveProps, InputFile, Metadata};
+use znippy_testkit::fuzz;
 
 /// The system allocator, capped: a buffer sized by a field the mutation made
 /// huge fails to allocate, which aborts the run.

@@ -8,8 +8,6 @@
 //! checked exactly.
 
 mod common;
-#[path = "common/fuzz.rs"]
-mod fuzz;
 
 use std::alloc::System;
 use std::collections::BTreeMap;
@@ -17,6 +15,7 @@ use std::io::Cursor;
 
 use common::*;
 use znippy_format::{compress, Archive, Metadata, TarEntries};
+use znippy_testkit::fuzz;
 
 #[global_allocator]
 static ALLOC: cap::Cap<System> = cap::Cap::new(System, 1 << 30);

@@ -1,7 +1,7 @@
 //! The mutation fuzzers' shared parts: the generator, the mutations and
-//! the time-bounded loop with its watchdog. Each fuzz test includes this file
-//! and declares its own capped allocator.
-#![allow(dead_code)]
+//! the time-bounded loop with its watchdog. Each fuzz test declares its own
+//! capped allocator (`cap::Cap`), so that a buffer sized by a mutated field
+//! fails the run.
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::Path;
@@ -11,14 +11,16 @@ use std::time::{Duration, Instant};
 /// xorshift64: fast, and the same run for the same seed.
 pub struct Rng(pub u64);
 impl Rng {
-    pub fn next(&mut self) -> u64 {
+    /// The next 64 random bits.
+    pub fn next_u64(&mut self) -> u64 {
         self.0 ^= self.0 << 13;
         self.0 ^= self.0 >> 7;
         self.0 ^= self.0 << 17;
         self.0
     }
+    /// A number in `0..n` (0 when `n` is 0).
     pub fn below(&mut self, n: usize) -> usize {
-        (self.next() % n.max(1) as u64) as usize
+        (self.next_u64() % n.max(1) as u64) as usize
     }
 }
 
@@ -50,7 +52,7 @@ pub fn mutate(rng: &mut Rng, mut b: Vec<u8>, tail_bias: bool) -> Vec<u8> {
         let at = pos.min(b.len().saturating_sub(1));
         match rng.below(7) {
             0 if !b.is_empty() => b[at] ^= 1 << rng.below(8),
-            1 if !b.is_empty() => b[at] = rng.next() as u8,
+            1 if !b.is_empty() => b[at] = rng.next_u64() as u8,
             2 => {
                 let v = INTERESTING[rng.below(INTERESTING.len())].to_le_bytes();
                 let w = [1, 2, 4, 8][rng.below(4)];
@@ -63,7 +65,7 @@ pub fn mutate(rng: &mut Rng, mut b: Vec<u8>, tail_bias: bool) -> Vec<u8> {
             3 => b.truncate(rng.below(len)),
             4 => {
                 let n = 1 + rng.below(64);
-                let junk: Vec<u8> = (0..n).map(|_| rng.next() as u8).collect();
+                let junk: Vec<u8> = (0..n).map(|_| rng.next_u64() as u8).collect();
                 let at = pos.min(b.len());
                 b.splice(at..at, junk);
             }

@@ -1,0 +1,5 @@
+//! What the tests of several znippy crates share, so that it is written once:
+//! the mutation fuzzer (`fuzz.rs`) that the format crate's reader and tar
+//! fuzzers and the CLI's undo-file fuzzer run on.
+
+pub mod fuzz;
