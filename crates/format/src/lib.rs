@@ -27,7 +27,8 @@
 //!   path validator), `kind.rs` (file, link, directory), `row.rs` (slice rows),
 //!   `schema.rs` (every section's Arrow schema), `ipc.rs` (Arrow IPC sections,
 //!   bounded), `manifest.rs`, `trie.rs` (the fst path map), `meta.rs` (the
-//!   metadata table).
+//!   metadata table), `meta_arrow.rs` (a value as Arrow columns, shared with
+//!   the store).
 //! - Writing: `layout.rs` (packing and dedupe decisions), `engine.rs` (the
 //!   worker pool that slices, hashes and compresses), `pages.rs` (its
 //!   huge-page buffers), `tail.rs` (the one tail writer), `writer.rs`
@@ -68,6 +69,7 @@ mod kind;
 mod layout;
 mod manifest;
 mod meta;
+mod meta_arrow;
 mod pages;
 mod path;
 mod props;
@@ -93,6 +95,7 @@ pub use manifest::SectionEntry;
 pub use meta::{
     MetaCursor, MetaQuery, MetaRow, MetaSearch, MetaTable, MetaValue, Metadata, PageLimit,
 };
+pub use meta_arrow::{MetaValueBuilder, MetaValueColumns};
 pub use path::{check_nesting, check_twins, nfc, validate as validate_path, MAX_PATH_LEN};
 pub use props::{ArchiveProps, CODEC, MAX_CHUNK_SIZE, MIN_CHUNK_SIZE};
 pub use reader::{Archive, Entry, TrieState};

@@ -9,14 +9,13 @@ use std::collections::BTreeMap;
 use std::ops::Bound;
 use std::sync::Arc;
 
-use arrow_array::builder::{
-    BinaryBuilder, BooleanBuilder, Float64Builder, Int64Builder, Int8Builder, StringBuilder,
-};
+use arrow_array::builder::{Int8Builder, StringBuilder};
 use arrow_array::cast::AsArray;
-use arrow_array::types::{Float64Type, Int64Type, Int8Type};
+use arrow_array::types::Int8Type;
 use arrow_array::{Array, ArrayRef, RecordBatch};
 
 use crate::error::{Error, Result};
+use crate::meta_arrow::{MetaValueBuilder, MetaValueColumns};
 use crate::path;
 use crate::schema::meta_schema;
 
@@ -298,46 +297,19 @@ impl MetaTable {
         let mut path = StringBuilder::new();
         let mut key = StringBuilder::new();
         let mut ty = Int8Builder::with_capacity(n);
-        let mut s = StringBuilder::new();
-        let mut i = Int64Builder::with_capacity(n);
-        let mut f = Float64Builder::with_capacity(n);
-        let mut b = BooleanBuilder::with_capacity(n);
-        let mut by = BinaryBuilder::new();
+        let mut values = MetaValueBuilder::<i32>::default();
         for ((k, p), v) in &self.rows {
             path.append_option(p.as_deref());
             key.append_value(k);
             ty.append_value(v.type_code());
-            s.append_option(match v {
-                MetaValue::Str(x) => Some(x.as_str()),
-                _ => None,
-            });
-            i.append_option(match v {
-                MetaValue::I64(x) => Some(*x),
-                _ => None,
-            });
-            f.append_option(match v {
-                MetaValue::F64(x) => Some(*x),
-                _ => None,
-            });
-            b.append_option(match v {
-                MetaValue::Bool(x) => Some(*x),
-                _ => None,
-            });
-            by.append_option(match v {
-                MetaValue::Bytes(x) => Some(x.as_slice()),
-                _ => None,
-            });
+            values.append(v);
         }
-        let cols: Vec<ArrayRef> = vec![
+        let mut cols: Vec<ArrayRef> = vec![
             Arc::new(path.finish()),
             Arc::new(key.finish()),
             Arc::new(ty.finish()),
-            Arc::new(s.finish()),
-            Arc::new(i.finish()),
-            Arc::new(f.finish()),
-            Arc::new(b.finish()),
-            Arc::new(by.finish()),
         ];
+        cols.extend(values.finish());
         RecordBatch::try_new(meta_schema(), cols)
             .map_err(|e| Error::corrupt(format!("meta batch: {e}")))
     }
@@ -355,44 +327,9 @@ impl MetaTable {
         let ty = col(2)
             .as_primitive_opt::<Int8Type>()
             .ok_or_else(|| bad("value_type type"))?;
-        let s = col(3)
-            .as_string_opt::<i32>()
-            .ok_or_else(|| bad("v_str type"))?;
-        let i = col(4)
-            .as_primitive_opt::<Int64Type>()
-            .ok_or_else(|| bad("v_i64 type"))?;
-        let f = col(5)
-            .as_primitive_opt::<Float64Type>()
-            .ok_or_else(|| bad("v_f64 type"))?;
-        let b = col(6).as_boolean_opt().ok_or_else(|| bad("v_bool type"))?;
-        let by = col(7)
-            .as_binary_opt::<i32>()
-            .ok_or_else(|| bad("v_bytes type"))?;
+        let values = MetaValueColumns::<i32>::of(batch, "meta section")?;
         for r in 0..batch.num_rows() {
-            let valid = [
-                s.is_valid(r),
-                i.is_valid(r),
-                f.is_valid(r),
-                b.is_valid(r),
-                by.is_valid(r),
-            ];
-            let code = ty.value(r);
-            let slot = usize::try_from(code).ok().filter(|&c| c < valid.len());
-            let Some(slot) = slot else {
-                return Err(bad(&format!("row {r}: unknown value_type {code}")));
-            };
-            if valid.iter().filter(|v| **v).count() != 1 || !valid[slot] {
-                return Err(bad(&format!(
-                    "row {r}: value_type {code} but another value column is set"
-                )));
-            }
-            let value = match slot {
-                0 => MetaValue::Str(s.value(r).to_string()),
-                1 => MetaValue::I64(i.value(r)),
-                2 => MetaValue::F64(f.value(r)),
-                3 => MetaValue::Bool(b.value(r)),
-                _ => MetaValue::Bytes(by.value(r).to_vec()),
-            };
+            let value = values.value(i64::from(ty.value(r)), r)?;
             let p = path.is_valid(r).then(|| path.value(r).to_string());
             let k = (key.value(r).to_string(), p);
             if self

@@ -11,11 +11,10 @@
 use std::sync::Arc;
 
 use arrow_array::builder::{
-    BooleanBuilder, FixedSizeBinaryBuilder, Float64Builder, Int32Builder, Int64Builder,
-    LargeBinaryBuilder, StringBuilder,
+    BooleanBuilder, FixedSizeBinaryBuilder, Int32Builder, Int64Builder, StringBuilder,
 };
 use arrow_array::cast::AsArray;
-use arrow_array::types::{Float64Type, Int32Type, Int64Type};
+use arrow_array::types::{Int32Type, Int64Type};
 use arrow_array::{Array, ArrayRef, RecordBatch};
 use futures::TryStreamExt;
 use iceberg::arrow::schema_to_arrow_schema;
@@ -31,7 +30,7 @@ use iceberg::writer::file_writer::ParquetWriterBuilder;
 use iceberg::writer::{IcebergWriter, IcebergWriterBuilder};
 use parquet::basic::{Compression, ZstdLevel};
 use parquet::file::properties::WriterProperties;
-use znippy_format::{Kind, MetaValue, SliceRow};
+use znippy_format::{Kind, MetaValue, MetaValueBuilder, MetaValueColumns, SliceRow};
 
 use crate::catalog::{fsync_file_and_dir, local_path, RedbCatalog};
 use crate::error::{Result, StoreError};
@@ -240,58 +239,26 @@ pub fn meta_batch(table: &Table, rows: &[MetaLogRow]) -> Result<RecordBatch> {
     let mut path = StringBuilder::new();
     let mut key = StringBuilder::new();
     let mut ty = Int32Builder::new();
-    let mut s = StringBuilder::new();
-    let mut i = Int64Builder::new();
-    let mut f = Float64Builder::new();
-    let mut b = BooleanBuilder::new();
-    let mut by = LargeBinaryBuilder::new();
+    // Iceberg's `binary` is Arrow's LargeBinary: 64-bit offsets.
+    let mut values = MetaValueBuilder::<i64>::default();
     let mut seq = Int64Builder::new();
     let mut tomb = BooleanBuilder::new();
     for r in rows {
         path.append_option(r.path.as_deref());
         key.append_value(&r.key);
-        ty.append_value(r.value.type_code() as i32);
-        let v = &r.value;
-        s.append_option(if let MetaValue::Str(x) = v {
-            Some(x.as_str())
-        } else {
-            None
-        });
-        i.append_option(if let MetaValue::I64(x) = v {
-            Some(*x)
-        } else {
-            None
-        });
-        f.append_option(if let MetaValue::F64(x) = v {
-            Some(*x)
-        } else {
-            None
-        });
-        b.append_option(if let MetaValue::Bool(x) = v {
-            Some(*x)
-        } else {
-            None
-        });
-        by.append_option(if let MetaValue::Bytes(x) = v {
-            Some(x.as_slice())
-        } else {
-            None
-        });
+        ty.append_value(i32::from(r.value.type_code()));
+        values.append(&r.value);
         seq.append_value(long(r.append_seq, "append_seq")?);
         tomb.append_value(r.tombstone);
     }
-    let cols: Vec<ArrayRef> = vec![
+    let mut cols: Vec<ArrayRef> = vec![
         Arc::new(path.finish()),
         Arc::new(key.finish()),
         Arc::new(ty.finish()),
-        Arc::new(s.finish()),
-        Arc::new(i.finish()),
-        Arc::new(f.finish()),
-        Arc::new(b.finish()),
-        Arc::new(by.finish()),
-        Arc::new(seq.finish()),
-        Arc::new(tomb.finish()),
     ];
+    cols.extend(values.finish());
+    cols.push(Arc::new(seq.finish()));
+    cols.push(Arc::new(tomb.finish()));
     batch_for(table, cols)
 }
 
@@ -435,21 +402,7 @@ pub fn meta_rows(batches: &[RecordBatch]) -> Result<Vec<MetaLogRow>> {
         let ty = col(b, "value_type")?
             .as_primitive_opt::<Int32Type>()
             .ok_or_else(|| bad("value_type"))?;
-        let s = col(b, "v_str")?
-            .as_string_opt::<i32>()
-            .ok_or_else(|| bad("v_str"))?;
-        let i = col(b, "v_i64")?
-            .as_primitive_opt::<Int64Type>()
-            .ok_or_else(|| bad("v_i64"))?;
-        let f = col(b, "v_f64")?
-            .as_primitive_opt::<Float64Type>()
-            .ok_or_else(|| bad("v_f64"))?;
-        let bo = col(b, "v_bool")?
-            .as_boolean_opt()
-            .ok_or_else(|| bad("v_bool"))?;
-        let by = col(b, "v_bytes")?
-            .as_binary_opt::<i64>()
-            .ok_or_else(|| bad("v_bytes"))?;
+        let values = MetaValueColumns::<i64>::of(b, "meta table")?;
         let seq = col(b, "append_seq")?
             .as_primitive_opt::<Int64Type>()
             .ok_or_else(|| bad("append_seq"))?;
@@ -457,18 +410,7 @@ pub fn meta_rows(batches: &[RecordBatch]) -> Result<Vec<MetaLogRow>> {
             .as_boolean_opt()
             .ok_or_else(|| bad("tombstone"))?;
         for r in 0..b.num_rows() {
-            let value = match ty.value(r) {
-                0 if s.is_valid(r) => MetaValue::Str(s.value(r).to_string()),
-                1 if i.is_valid(r) => MetaValue::I64(i.value(r)),
-                2 if f.is_valid(r) => MetaValue::F64(f.value(r)),
-                3 if bo.is_valid(r) => MetaValue::Bool(bo.value(r)),
-                4 if by.is_valid(r) => MetaValue::Bytes(by.value(r).to_vec()),
-                t => {
-                    return Err(StoreError::Corrupt(format!(
-                        "meta row with value_type {t} and no value"
-                    )))
-                }
-            };
+            let value = values.value(i64::from(ty.value(r)), r)?;
             out.push(MetaLogRow {
                 path: path.is_valid(r).then(|| path.value(r).to_string()),
                 key: key.value(r).to_string(),
