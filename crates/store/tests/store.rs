@@ -5,6 +5,7 @@ use std::sync::Arc;
 
 use znippy_format::{ArchiveProps, InputFile, MetaSearch, MetaTable, MetaValue, Metadata};
 use znippy_store::{ArchiveInfo, CreateOptions, State, Store, StoreError, TableKind};
+use znippy_testkit::data::text;
 
 fn file(path: &str, bytes: &[u8]) -> InputFile {
     InputFile::from_bytes(path, bytes.to_vec(), Some(0o644))
@@ -16,16 +17,6 @@ fn props() -> ArchiveProps {
         pack_threshold: 16 << 10,
         level: 3,
     }
-}
-
-fn text(seed: u64, len: usize) -> Vec<u8> {
-    let mut x = seed | 1;
-    (0..len)
-        .map(|_| {
-            x = x.wrapping_mul(6364136223846793005).wrapping_add(1);
-            b"abcdefgh \n"[(x >> 60) as usize % 10]
-        })
-        .collect()
 }
 
 async fn create(store: &Store, id: &str, with_meta: bool) -> ArchiveInfo {

@@ -18,41 +18,9 @@ use znippy_format::{
     base_schema, compress, manifest_schema, ArchiveProps, InputFile, MetaTable, Metadata, ReadAt,
     SliceRow, LOOKUP, RESERVED_PKG_TYPE, TRIE,
 };
-
-/// Deterministic bytes that zstd cannot shrink.
-pub fn noise(seed: u64, len: usize) -> Vec<u8> {
-    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            (x >> 24) as u8
-        })
-        .collect()
-}
-
-/// Deterministic, compressible text.
-pub fn text(seed: u64, len: usize) -> Vec<u8> {
-    let words = [
-        "alpha ",
-        "beta ",
-        "gamma ",
-        "delta\n",
-        "fn main() {}\n",
-        "let x = 1;\n",
-    ];
-    let mut out = Vec::with_capacity(len + 16);
-    let mut x = seed | 1;
-    while out.len() < len {
-        x = x
-            .wrapping_mul(6364136223846793005)
-            .wrapping_add(1442695040888963407);
-        out.extend_from_slice(words[(x >> 60) as usize % words.len()].as_bytes());
-    }
-    out.truncate(len);
-    out
-}
+// Each test binary takes what it needs of these.
+#[allow(unused_imports)]
+pub use znippy_testkit::data::{noise, text};
 
 /// Writes `files` (path, bytes, mode) below `root`.
 pub fn write_tree(root: &Path, files: &[(String, Vec<u8>, u32)]) {

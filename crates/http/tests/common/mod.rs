@@ -105,17 +105,9 @@ pub async fn error_code(r: Response, status: StatusCode) -> String {
         .to_string()
 }
 
-/// Deterministic, compressible bytes that differ by `seed`.
-pub fn text(seed: u64, len: usize) -> Vec<u8> {
-    let mut out = Vec::with_capacity(len + 32);
-    let mut i = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15);
-    while out.len() < len {
-        out.extend_from_slice(format!("line {seed} {i:x}\n").as_bytes());
-        i = i.wrapping_add(1);
-    }
-    out.truncate(len);
-    out
-}
+// Each test binary takes what it needs of these.
+#[allow(unused_imports)]
+pub use znippy_testkit::data::text;
 
 pub async fn create(c: &Client, s: &Server, id: &str, metadata: bool) {
     let r = c

@@ -9,6 +9,9 @@ use std::path::Path;
 
 use znippy_format::{append, compress, ArchiveProps, InputFile, MetaUpdate, Metadata};
 use znippy_store::{CreateOptions, Store};
+// Each test binary takes what it needs of these.
+#[allow(unused_imports)]
+pub use znippy_testkit::data::noise;
 
 /// One step of an archive's life.
 #[derive(Debug, Clone)]
@@ -183,19 +186,6 @@ pub fn text(seed: u64, len: usize) -> Vec<u8> {
             } else {
                 (x >> 33) as u8
             }
-        })
-        .collect()
-}
-
-/// Bytes zstd cannot shrink.
-pub fn noise(seed: u64, len: usize) -> Vec<u8> {
-    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            (x >> 24) as u8
         })
         .collect()
 }
