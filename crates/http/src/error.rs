@@ -10,158 +10,101 @@ use serde::Serialize;
 use znippy_seal::SealError;
 use znippy_store::StoreError;
 
-/// A stable, machine-readable error code: its wire string is the `code` of
-/// the JSON body, and clients branch on it, so no string may change.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum ErrorCode {
-    /// A request hyper cannot parse as HTTP/1.1 (400).
-    BadRequest,
-    /// A JSON body that does not parse, malformed multipart, or a cut-off upload (400).
-    BadBody,
-    /// A request body that could not be read to its end (400).
-    BrokenBody,
-    /// A multipart part with no filename, not `meta` or `meta-archive` (400).
-    BadField,
-    /// A metadata fact that is malformed, not UTF-8 or wrongly typed (400).
-    BadMeta,
-    /// An `X-Znippy-Mode` that is not octal or is above 7777 (400).
-    BadMode,
-    /// An invalid archive path, or path parameters that do not parse (400).
-    BadPath,
-    /// An input that cannot be stored, such as a malformed tar stream (400).
-    BadInput,
-    /// An archive property out of range (400).
-    BadProperty,
-    /// An archive id outside the allowed length or characters (400).
-    BadId,
-    /// A page `limit` out of range (400).
-    BadLimit,
-    /// A query string that does not parse, or a meta search asked amiss (400).
-    BadQuery,
-    /// No bearer token where one is needed (401).
-    Unauthorized,
-    /// A bearer token that is not valid (403).
-    Forbidden,
-    /// No archive with this id (404).
-    NoArchive,
-    /// No such live file (404).
-    NoFile,
-    /// No route matches the path (404).
-    NoRoute,
-    /// The route does not take this method (405).
-    BadMethod,
-    /// A request body that brought too few bytes within the body timeout (408).
-    TooSlow,
-    /// Creating an archive that exists (409).
-    Exists,
-    /// Changing a sealed archive (409).
-    Sealed,
-    /// Downloading an archive that is still live (409).
-    NotSealed,
-    /// A concurrent catalog commit won (409).
-    Conflict,
-    /// An upload whose paths collide with live files or links (409).
-    PathConflict,
-    /// A body, form field, count of facts or multipart framing over its limit (413).
-    TooLarge,
-    /// A request target longer than hyper accepts (414).
-    UriTooLong,
-    /// `POST .../files` that is neither multipart nor tar (415).
-    BadMediaType,
-    /// A range that starts past the end (416).
-    BadRange,
-    /// Request headers larger or more numerous than hyper accepts (431).
-    HeadersTooLarge,
-    /// Stored data that failed its integrity checks (500).
-    Corrupt,
-    /// Any other server-side failure (500).
-    Internal,
-    /// An archive's blob file changed under the running server (503).
-    Unavailable,
-    /// An append whose engine bound exceeds the whole engine memory (503).
-    OverBudget,
-    /// The disk or quota is full (507).
-    NoSpace,
+/// Declares [`ErrorCode`] from one table (variant, wire string), so that the
+/// enum, its strings and its list of every code cannot drift apart.
+macro_rules! error_codes {
+    ($($(#[$doc:meta])* $name:ident => $wire:literal,)*) => {
+        /// A stable, machine-readable error code: its wire string is the
+        /// `code` of the JSON body, and clients branch on it, so no string
+        /// may change.
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+        pub enum ErrorCode {
+            $($(#[$doc])* $name,)*
+        }
+
+        impl ErrorCode {
+            /// Every code there is.
+            pub const ALL: &[ErrorCode] = &[$(ErrorCode::$name,)*];
+
+            /// The wire string, as the JSON body carries it.
+            pub fn as_str(&self) -> &'static str {
+                match self {
+                    $(ErrorCode::$name => $wire,)*
+                }
+            }
+        }
+    };
 }
 
-impl ErrorCode {
-    /// Every code there is.
-    pub const ALL: [ErrorCode; 34] = [
-        ErrorCode::BadRequest,
-        ErrorCode::BadBody,
-        ErrorCode::BrokenBody,
-        ErrorCode::BadField,
-        ErrorCode::BadMeta,
-        ErrorCode::BadMode,
-        ErrorCode::BadPath,
-        ErrorCode::BadInput,
-        ErrorCode::BadProperty,
-        ErrorCode::BadId,
-        ErrorCode::BadLimit,
-        ErrorCode::BadQuery,
-        ErrorCode::Unauthorized,
-        ErrorCode::Forbidden,
-        ErrorCode::NoArchive,
-        ErrorCode::NoFile,
-        ErrorCode::NoRoute,
-        ErrorCode::BadMethod,
-        ErrorCode::TooSlow,
-        ErrorCode::Exists,
-        ErrorCode::Sealed,
-        ErrorCode::NotSealed,
-        ErrorCode::Conflict,
-        ErrorCode::PathConflict,
-        ErrorCode::TooLarge,
-        ErrorCode::UriTooLong,
-        ErrorCode::BadMediaType,
-        ErrorCode::BadRange,
-        ErrorCode::HeadersTooLarge,
-        ErrorCode::Corrupt,
-        ErrorCode::Internal,
-        ErrorCode::Unavailable,
-        ErrorCode::OverBudget,
-        ErrorCode::NoSpace,
-    ];
-
-    /// The wire string, as the JSON body carries it.
-    pub fn as_str(&self) -> &'static str {
-        match self {
-            ErrorCode::BadRequest => "bad_request",
-            ErrorCode::BadBody => "bad_body",
-            ErrorCode::BrokenBody => "broken_body",
-            ErrorCode::BadField => "bad_field",
-            ErrorCode::BadMeta => "bad_meta",
-            ErrorCode::BadMode => "bad_mode",
-            ErrorCode::BadPath => "bad_path",
-            ErrorCode::BadInput => "bad_input",
-            ErrorCode::BadProperty => "bad_property",
-            ErrorCode::BadId => "bad_id",
-            ErrorCode::BadLimit => "bad_limit",
-            ErrorCode::BadQuery => "bad_query",
-            ErrorCode::Unauthorized => "unauthorized",
-            ErrorCode::Forbidden => "forbidden",
-            ErrorCode::NoArchive => "no_archive",
-            ErrorCode::NoFile => "no_file",
-            ErrorCode::NoRoute => "no_route",
-            ErrorCode::BadMethod => "bad_method",
-            ErrorCode::TooSlow => "too_slow",
-            ErrorCode::Exists => "exists",
-            ErrorCode::Sealed => "sealed",
-            ErrorCode::NotSealed => "not_sealed",
-            ErrorCode::Conflict => "conflict",
-            ErrorCode::PathConflict => "path_conflict",
-            ErrorCode::TooLarge => "too_large",
-            ErrorCode::UriTooLong => "uri_too_long",
-            ErrorCode::BadMediaType => "bad_media_type",
-            ErrorCode::BadRange => "bad_range",
-            ErrorCode::HeadersTooLarge => "headers_too_large",
-            ErrorCode::Corrupt => "corrupt",
-            ErrorCode::Internal => "internal",
-            ErrorCode::Unavailable => "unavailable",
-            ErrorCode::OverBudget => "over_budget",
-            ErrorCode::NoSpace => "no_space",
-        }
-    }
+error_codes! {
+    /// A request hyper cannot parse as HTTP/1.1 (400).
+    BadRequest => "bad_request",
+    /// A JSON body that does not parse, malformed multipart, or a cut-off upload (400).
+    BadBody => "bad_body",
+    /// A request body that could not be read to its end (400).
+    BrokenBody => "broken_body",
+    /// A multipart part with no filename, not `meta` or `meta-archive` (400).
+    BadField => "bad_field",
+    /// A metadata fact that is malformed, not UTF-8 or wrongly typed (400).
+    BadMeta => "bad_meta",
+    /// An `X-Znippy-Mode` that is not octal or is above 7777 (400).
+    BadMode => "bad_mode",
+    /// An invalid archive path, or path parameters that do not parse (400).
+    BadPath => "bad_path",
+    /// An input that cannot be stored, such as a malformed tar stream (400).
+    BadInput => "bad_input",
+    /// An archive property out of range (400).
+    BadProperty => "bad_property",
+    /// An archive id outside the allowed length or characters (400).
+    BadId => "bad_id",
+    /// A page `limit` out of range (400).
+    BadLimit => "bad_limit",
+    /// A query string that does not parse, or a meta search asked amiss (400).
+    BadQuery => "bad_query",
+    /// No bearer token where one is needed (401).
+    Unauthorized => "unauthorized",
+    /// A bearer token that is not valid (403).
+    Forbidden => "forbidden",
+    /// No archive with this id (404).
+    NoArchive => "no_archive",
+    /// No such live file (404).
+    NoFile => "no_file",
+    /// No route matches the path (404).
+    NoRoute => "no_route",
+    /// The route does not take this method (405).
+    BadMethod => "bad_method",
+    /// A request body that brought too few bytes within the body timeout (408).
+    TooSlow => "too_slow",
+    /// Creating an archive that exists (409).
+    Exists => "exists",
+    /// Changing a sealed archive (409).
+    Sealed => "sealed",
+    /// Downloading an archive that is still live (409).
+    NotSealed => "not_sealed",
+    /// A concurrent catalog commit won (409).
+    Conflict => "conflict",
+    /// An upload whose paths collide with live files or links (409).
+    PathConflict => "path_conflict",
+    /// A body, form field, count of facts or multipart framing over its limit (413).
+    TooLarge => "too_large",
+    /// A request target longer than hyper accepts (414).
+    UriTooLong => "uri_too_long",
+    /// `POST .../files` that is neither multipart nor tar (415).
+    BadMediaType => "bad_media_type",
+    /// A range that starts past the end (416).
+    BadRange => "bad_range",
+    /// Request headers larger or more numerous than hyper accepts (431).
+    HeadersTooLarge => "headers_too_large",
+    /// Stored data that failed its integrity checks (500).
+    Corrupt => "corrupt",
+    /// Any other server-side failure (500).
+    Internal => "internal",
+    /// An archive's blob file changed under the running server (503).
+    Unavailable => "unavailable",
+    /// An append whose engine bound exceeds the whole engine memory (503).
+    OverBudget => "over_budget",
+    /// The disk or quota is full (507).
+    NoSpace => "no_space",
 }
 
 impl Serialize for ErrorCode {

@@ -121,16 +121,12 @@ fn one_shot_rows(plan: &SealPlan) -> Vec<SliceRow> {
 fn write_sealed(plan: SealPlan) -> Result<SealReceipt, SealError> {
     if plan.in_place {
         let rows = one_shot_rows(&plan);
-        let mut identity = [0; 32];
-        let done = plan.seal_in_place(|out| {
-            let info = write_tail(out, &plan, plan.blob_end, &rows)?;
-            identity = info.identity;
-            Ok::<_, SealError>(info.archive_len)
-        })?;
+        let (done, info) =
+            plan.seal_in_place(|out| write_tail(out, &plan, plan.blob_end, &rows))?;
         return Ok(SealReceipt {
             size: done.len,
             path: done.path,
-            identity,
+            identity: info.identity,
             in_place: true,
             repack: RepackStats::default(),
             tail_bytes: done.len - plan.blob_end,

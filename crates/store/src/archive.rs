@@ -30,7 +30,7 @@ use iceberg::{Catalog, NamespaceIdent, TableIdent};
 use znippy_format::{
     check_file_rows, check_nesting, check_twins, failpoint, nfc, ArchiveProps, BatchStats,
     BlobRegion, BlobScratch, Engine, Entry, InputFile, Kind, MetaRow, MetaTable, Metadata, ReadAt,
-    SliceRow,
+    SliceRow, TailInfo,
 };
 
 use crate::catalog::{RedbCatalog, BLOB_END_KEY};
@@ -157,25 +157,28 @@ impl SealPlan {
     }
 
     /// Seals in place: `write` gets a writer at `blob_end` in the blob file
-    /// itself, writes the tail and returns the archive's length. A longer
-    /// partial tail that an earlier attempt left is cut off, and the file is
-    /// synced before this returns the sealed file for [`crate::Store::finish_seal`].
+    /// itself and writes the tail. A longer partial tail that an earlier
+    /// attempt left is cut off, and the file is synced before this returns
+    /// the sealed file (for [`crate::Store::finish_seal`]) and the tail's
+    /// summary.
     pub fn seal_in_place<E: From<StoreError>>(
         &self,
-        write: impl FnOnce(&mut dyn Write) -> std::result::Result<u64, E>,
-    ) -> std::result::Result<SealedFile, E> {
+        write: impl FnOnce(&mut dyn Write) -> std::result::Result<TailInfo, E>,
+    ) -> std::result::Result<(SealedFile, TailInfo), E> {
         let mut out = BufWriter::new(self.sidecar.writer_at(self.blob_end));
-        let len = write(&mut out)?;
+        let tail = write(&mut out)?;
+        let len = tail.archive_len;
         out.flush()
             .map_err(|e| StoreError::io("writing the tail", e))?;
         drop(out);
         failpoint("seal.tail-written");
         self.sidecar.truncate(len)?;
         self.sidecar.sync()?;
-        Ok(SealedFile {
+        let sealed = SealedFile {
             path: self.sidecar_path.clone(),
             len,
-        })
+        };
+        Ok((sealed, tail))
     }
 }
 
