@@ -40,8 +40,10 @@
 //!   a directory without following links).
 //! - Inputs: `scan.rs` (a directory as one ordered batch), `tar.rs` (a tar
 //!   stream as a batch).
-//! - `error.rs`: the crate's one [`Error`]; `failpoint.rs`: the named crash
-//!   points crash tests die at.
+//! - Durability: `durable.rs` (every fsync of the format, the store and the
+//!   seal), `failpoint.rs` (the named crash points crash tests die at) and,
+//!   for those tests only, `powerloss.rs` (what a power cut would keep).
+//! - `error.rs`: the crate's one [`Error`].
 //!
 //! ```
 //! use znippy_format::{compress, Archive, ArchiveProps, InputFile, Metadata};
@@ -59,6 +61,7 @@
 
 mod beneath;
 mod blobs;
+pub mod durable;
 mod engine;
 mod error;
 mod extract;
@@ -72,6 +75,8 @@ mod meta;
 mod meta_arrow;
 mod pages;
 mod path;
+#[cfg(feature = "failpoints")]
+pub mod powerloss;
 mod props;
 mod reader;
 mod repack;

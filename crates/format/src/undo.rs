@@ -30,6 +30,7 @@ use std::io::{self, Read, Write};
 use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
+use crate::durable;
 use crate::error::{Error, Result};
 use crate::ipc::read_at;
 
@@ -71,11 +72,7 @@ fn check(head: &[u8], tail: &[u8]) -> [u8; 32] {
 }
 
 fn sync_dir_of(path: &Path) -> io::Result<()> {
-    let dir = match path.parent() {
-        Some(d) if !d.as_os_str().is_empty() => d,
-        _ => Path::new("."),
-    };
-    File::open(dir)?.sync_all()
+    durable::sync_dir(path.parent().unwrap_or(Path::new(".")))
 }
 
 /// Writes and syncs the undo file for an append to `archive` (open at `path`)
@@ -100,7 +97,7 @@ pub(crate) fn save(path: &Path, archive: &File, blob_end: u64, tail: &[u8]) -> R
         .map_err(|e| Error::io(what(), e))?;
     f.write_all(&head)
         .and_then(|_| f.write_all(tail))
-        .and_then(|_| f.sync_all())
+        .and_then(|_| durable::sync_all(&f, &undo))
         .and_then(|_| sync_dir_of(&undo))
         .map_err(|e| Error::io(what(), e))
 }
@@ -183,16 +180,16 @@ pub(crate) fn recover_locked(path: &Path, archive: &File) -> Result<Recovery> {
         return refuse("the blobs before the old tail differ");
     }
     let what = || format!("restoring {} from {}", path.display(), undo.display());
-    put_back(archive, blob_end, tail).map_err(|e| Error::io(what(), e))?;
+    put_back(path, archive, blob_end, tail).map_err(|e| Error::io(what(), e))?;
     discard(path).map_err(removing)?;
     Ok(Recovery::RolledBack)
 }
 
 /// Writes the old tail back at `blob_end` and cuts the archive to its old
 /// length, durably: the archive is then as it was before the append.
-pub(crate) fn put_back(archive: &File, blob_end: u64, tail: &[u8]) -> io::Result<()> {
+pub(crate) fn put_back(path: &Path, archive: &File, blob_end: u64, tail: &[u8]) -> io::Result<()> {
     archive
         .write_all_at(tail, blob_end)
         .and_then(|_| archive.set_len(blob_end + tail.len() as u64))
-        .and_then(|_| archive.sync_all())
+        .and_then(|_| durable::sync_all(archive, path))
 }

@@ -141,10 +141,10 @@ where
     crate::failpoint("append.undo-written");
 
     let result = append_after(
-        &file, live, meta, props, blob_end, batch, update, threads, progress,
+        path, &file, live, meta, props, blob_end, batch, update, threads, progress,
     );
     if result.is_err() {
-        if let Err(e) = undo::put_back(&file, blob_end, &old_tail) {
+        if let Err(e) = undo::put_back(path, &file, blob_end, &old_tail) {
             return Err(Error::io(
                 format!(
                     "restoring {} after a failed append (`znippy recover` retries from {})",
@@ -204,6 +204,7 @@ fn open_locked(path: &Path) -> Result<File> {
 
 #[allow(clippy::too_many_arguments)]
 fn append_after<I>(
+    path: &Path,
     file: &File,
     mut live: Vec<SliceRow>,
     mut meta: Metadata,
@@ -222,6 +223,13 @@ where
     out.seek(SeekFrom::Start(blob_end))
         .map_err(|e| Error::io("seeking in the archive", e))?;
     let (rows, stats) = engine.write_batch(batch, &mut out, progress)?;
+    if cfg!(feature = "failpoints") {
+        // The new blobs over the old tail, no new tail yet: the archive is
+        // unreadable here but for its undo file.
+        out.flush()
+            .map_err(|e| Error::io("writing the archive", e))?;
+        crate::failpoint("append.blobs-written");
+    }
     merge_batch(&mut live, rows);
     if let Some(set) = update.set {
         match &mut meta {
@@ -243,7 +251,7 @@ where
     drop(out);
     crate::failpoint("append.tail-written");
     file.set_len(archive_len)
-        .and_then(|_| file.sync_all())
+        .and_then(|_| crate::durable::sync_all(file, path))
         .map_err(|e| Error::io("finishing the archive", e))?;
     crate::failpoint("append.synced");
     let mut summary = Summary::default();

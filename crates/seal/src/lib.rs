@@ -26,7 +26,7 @@ use std::fs::{File, OpenOptions};
 use std::io::{BufWriter, Write};
 use std::path::PathBuf;
 
-use znippy_format::{repack, Archive, RepackStats, SliceRow, Tail, TailInfo};
+use znippy_format::{durable, repack, Archive, RepackStats, SliceRow, Tail, TailInfo};
 use znippy_store::{SealPlan, SealedFile, Store, StoreError};
 
 /// What went wrong while sealing.
@@ -152,12 +152,10 @@ fn write_sealed(plan: SealPlan) -> Result<SealReceipt, SealError> {
     )?;
     let info = write_tail(&mut out, &plan, stats.blob_end, &rows)?;
     drop(out);
-    file.sync_all().map_err(io("fsync of the sealed archive"))?;
+    durable::sync_all(&file, &tmp).map_err(io("fsync of the sealed archive"))?;
     znippy_format::failpoint("seal.copy-synced");
     std::fs::rename(&tmp, &path).map_err(io("publishing the sealed archive"))?;
-    File::open(&plan.sealed_dir)
-        .and_then(|d| d.sync_all())
-        .map_err(io("fsync of the sealed directory"))?;
+    durable::sync_dir(&plan.sealed_dir).map_err(io("fsync of the sealed directory"))?;
     znippy_format::failpoint("seal.renamed");
     Ok(SealReceipt {
         path,

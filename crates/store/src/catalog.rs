@@ -30,6 +30,9 @@ use iceberg::{
     TableCreation, TableIdent,
 };
 use redb::{Database, ReadableTable, TableDefinition};
+use znippy_format::durable::{sync_dir, sync_file_and_dir};
+
+use crate::db_file::DbFile;
 
 /// Snapshot-summary key holding the end of an archive's committed blob region.
 pub const BLOB_END_KEY: &str = "znippy.blob-end";
@@ -59,15 +62,6 @@ pub fn local_path(location: &str) -> PathBuf {
     PathBuf::from(location.strip_prefix("file://").unwrap_or(location))
 }
 
-/// fsyncs a file and its directory, so a rename or a new file survives a crash.
-pub(crate) fn fsync_file_and_dir(path: &Path) -> std::io::Result<()> {
-    std::fs::File::open(path)?.sync_all()?;
-    if let Some(dir) = path.parent() {
-        std::fs::File::open(dir)?.sync_all()?;
-    }
-    Ok(())
-}
-
 /// An Iceberg catalog on redb, with a local warehouse.
 #[derive(Debug, Clone)]
 pub struct RedbCatalog {
@@ -83,7 +77,11 @@ impl RedbCatalog {
             .map_err(|e| db_err(format!("creating {}: {e}", warehouse.display())))?;
         let db_path = db_path.to_path_buf();
         let db = blocking(move || {
-            let db = Database::create(&db_path).map_err(db_err)?;
+            let db = Database::builder()
+                .create_with_backend(DbFile::open(&db_path).map_err(db_err)?)
+                .map_err(db_err)?;
+            // The file may be new: its name must survive a crash as its bytes do.
+            sync_dir(db_path.parent().unwrap_or(Path::new("."))).map_err(db_err)?;
             let tx = db.begin_write().map_err(db_err)?;
             tx.open_table(NAMESPACES).map_err(db_err)?;
             tx.open_table(TABLES).map_err(db_err)?;
@@ -160,7 +158,7 @@ impl RedbCatalog {
         let tmp = dir.join(format!(".version-hint.{}.tmp", std::process::id()));
         std::fs::write(&tmp, stem.strip_suffix(".metadata").unwrap_or(stem))?;
         std::fs::rename(&tmp, dir.join("version-hint.text"))?;
-        fsync_file_and_dir(&dir.join("version-hint.text"))
+        sync_file_and_dir(&dir.join("version-hint.text"))
     }
 
     /// Makes the new metadata file and every manifest and manifest list the new
@@ -179,8 +177,7 @@ impl RedbCatalog {
         }
         blocking(move || {
             for p in paths {
-                fsync_file_and_dir(&p)
-                    .map_err(|e| db_err(format!("fsync {}: {e}", p.display())))?;
+                sync_file_and_dir(&p).map_err(|e| db_err(format!("fsync {}: {e}", p.display())))?;
             }
             Ok(())
         })
@@ -244,7 +241,7 @@ impl RedbCatalog {
             .with_new_metadata(&built);
         built.write_to(&self.file_io, &next).await?;
         let next = next.to_string();
-        fsync_file_and_dir(&local_path(&next)).map_err(db_err)?;
+        sync_file_and_dir(&local_path(&next)).map_err(db_err)?;
         let kept: Vec<i64> = built.snapshots().map(|s| s.snapshot_id()).collect();
         let (gone, live) = (
             self.reachable(metadata, &drop).await?,
@@ -648,7 +645,7 @@ impl Catalog for RedbCatalog {
         let mloc = MetadataLocation::new_with_metadata(location, &metadata);
         metadata.write_to(&self.file_io, &mloc).await?;
         let mloc = mloc.to_string();
-        fsync_file_and_dir(&local_path(&mloc)).map_err(db_err)?;
+        sync_file_and_dir(&local_path(&mloc)).map_err(db_err)?;
         let taken = Error::new(
             ErrorKind::TableAlreadyExists,
             format!("table {ident} exists"),

@@ -34,7 +34,8 @@
 //! - `tables.rs`: the `files` and `meta` tables: schemas, rows to Arrow and back,
 //!   writing data files.
 //! - `catalog.rs`: [`RedbCatalog`], an Iceberg catalog whose table pointers live
-//!   in one redb file, with the commit that swaps them.
+//!   in one redb file, with the commit that swaps them; `db_file.rs`: that
+//!   file, as redb's storage backend.
 //! - `sidecar.rs`: the blob file: positioned writes at the committed end, fsync,
 //!   and the check that it is still the file the store opened.
 //! - `file.rs`: one file opened for reading, verified slice by slice.
@@ -44,6 +45,7 @@
 mod archive;
 mod budget;
 mod catalog;
+mod db_file;
 mod error;
 mod file;
 mod sidecar;

@@ -9,6 +9,8 @@ use std::io::{self, Write};
 use std::os::unix::fs::{FileExt, MetadataExt};
 use std::path::{Path, PathBuf};
 
+use znippy_format::durable;
+
 use crate::error::{Result, StoreError};
 
 /// An open sidecar file.
@@ -45,9 +47,12 @@ impl Sidecar {
         }
         if len > committed_end {
             file.set_len(committed_end)
-                .and_then(|_| file.sync_all())
+                .and_then(|_| durable::sync_all(&file, path))
                 .map_err(|e| StoreError::io(what(), e))?;
         }
+        // The file may be new: its name must survive a crash as its blobs do.
+        durable::sync_dir(path.parent().unwrap_or(Path::new(".")))
+            .map_err(|e| StoreError::io(what(), e))?;
         Ok(Sidecar {
             file,
             path: path.to_path_buf(),
@@ -87,8 +92,7 @@ impl Sidecar {
 
     /// Makes everything written so far durable.
     pub fn sync(&self) -> Result<()> {
-        self.file
-            .sync_data()
+        durable::sync_data(&self.file, &self.path)
             .map_err(|e| StoreError::io("fsync of the sidecar", e))
     }
 

@@ -32,7 +32,7 @@ use parquet::basic::{Compression, ZstdLevel};
 use parquet::file::properties::WriterProperties;
 use znippy_format::{Kind, MetaValue, MetaValueBuilder, MetaValueColumns, SliceRow};
 
-use crate::catalog::{fsync_file_and_dir, local_path, RedbCatalog};
+use crate::catalog::{local_path, RedbCatalog};
 use crate::error::{Result, StoreError};
 
 /// Name of the slice table.
@@ -300,7 +300,7 @@ pub async fn write_batches(table: &Table, batches: Vec<RecordBatch>) -> Result<V
     let paths: Vec<_> = files.iter().map(|f| local_path(f.file_path())).collect();
     tokio::task::spawn_blocking(move || {
         for p in paths {
-            fsync_file_and_dir(&p)
+            znippy_format::durable::sync_file_and_dir(&p)
                 .map_err(|e| StoreError::io(format!("fsync {}", p.display()), e))?;
         }
         Ok::<_, StoreError>(())
