@@ -56,30 +56,6 @@ async fn raw_put(s: &Server, target: &str) -> (u16, String) {
     (status, body)
 }
 
-fn multipart(boundary: &str, parts: &[(&str, Option<&str>, &[u8])], close: bool) -> Vec<u8> {
-    let mut b = Vec::new();
-    for (name, file, data) in parts {
-        b.extend_from_slice(format!("--{boundary}\r\n").as_bytes());
-        match file {
-            Some(f) => b.extend_from_slice(
-                format!(
-                    "Content-Disposition: form-data; name=\"{name}\"; filename=\"{f}\"\r\n\r\n"
-                )
-                .as_bytes(),
-            ),
-            None => b.extend_from_slice(
-                format!("Content-Disposition: form-data; name=\"{name}\"\r\n\r\n").as_bytes(),
-            ),
-        }
-        b.extend_from_slice(data);
-        b.extend_from_slice(b"\r\n");
-    }
-    if close {
-        b.extend_from_slice(format!("--{boundary}--\r\n").as_bytes());
-    }
-    b
-}
-
 /// One entry written by hand, so that names a well-behaved tar writer refuses
 /// (`..`) can be sent.
 fn tar_entry(path: &str, kind: tar::EntryType, data: &[u8]) -> Vec<u8> {

@@ -109,6 +109,32 @@ pub async fn error_code(r: Response, status: StatusCode) -> String {
 #[allow(unused_imports)]
 pub use znippy_testkit::data::text;
 
+/// A `multipart/form-data` body: parts `(name, filename, data)`, closed with
+/// the final boundary when `close`.
+pub fn multipart(boundary: &str, parts: &[(&str, Option<&str>, &[u8])], close: bool) -> Vec<u8> {
+    let mut b = Vec::new();
+    for (name, file, data) in parts {
+        b.extend_from_slice(format!("--{boundary}\r\n").as_bytes());
+        match file {
+            Some(f) => b.extend_from_slice(
+                format!(
+                    "Content-Disposition: form-data; name=\"{name}\"; filename=\"{f}\"\r\n\r\n"
+                )
+                .as_bytes(),
+            ),
+            None => b.extend_from_slice(
+                format!("Content-Disposition: form-data; name=\"{name}\"\r\n\r\n").as_bytes(),
+            ),
+        }
+        b.extend_from_slice(data);
+        b.extend_from_slice(b"\r\n");
+    }
+    if close {
+        b.extend_from_slice(format!("--{boundary}--\r\n").as_bytes());
+    }
+    b
+}
+
 pub async fn create(c: &Client, s: &Server, id: &str, metadata: bool) {
     let r = c
         .post(s.url("/archives"))
