@@ -38,6 +38,7 @@ pub(crate) fn info_json(i: &ArchiveInfo) -> Value {
         "files": i.files,
         "bytes_in": i.bytes_in,
         "bytes_stored": i.bytes_stored,
+        "bytes_read": i.bytes_read,
         "snapshot_id": i.snapshot_id,
         "appends": i.appends,
     })

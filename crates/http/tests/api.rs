@@ -274,6 +274,45 @@ async fn uploads_reads_and_seal() {
     s.stop().await;
 }
 
+/// A GET of one live file reads that file's blob from the sidecar and
+/// nothing else: `bytes_read` moves by the blob's size, not the archive's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_live_get_reads_only_the_file_it_sends() {
+    let s = Server::start(|_| {}).await;
+    let c = client();
+    create(&c, &s, "r", false).await;
+    // Incompressible and above the pack threshold: one blob per file, as
+    // large as the file.
+    const SIZE: usize = 600 << 10;
+    for i in 0..16 {
+        put(
+            &c,
+            &s,
+            "r",
+            &format!("f{i}"),
+            znippy_testkit::data::noise(i, SIZE),
+        )
+        .await;
+    }
+    let info = || async {
+        let r = c.get(s.url("/archives/r")).send().await.unwrap();
+        json(r, StatusCode::OK).await
+    };
+    let before = info().await["bytes_read"].as_u64().unwrap();
+    assert_eq!(
+        get(&c, &s, "r", "f7").await,
+        znippy_testkit::data::noise(7, SIZE)
+    );
+    let after = info().await;
+    let one = after["bytes_read"].as_u64().unwrap() - before;
+    let stored = &after["bytes_stored"];
+    assert!(
+        (SIZE as u64..SIZE as u64 + 4096).contains(&one),
+        "one GET of a {SIZE}-byte file read {one} of the sidecar's {stored} bytes"
+    );
+    s.stop().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn metadata_absent_empty_and_found() {
     let s = Server::start(|_| {}).await;

@@ -122,6 +122,9 @@ pub struct ArchiveInfo {
     pub bytes_in: u64,
     /// Committed bytes of the sidecar (blob region).
     pub bytes_stored: u64,
+    /// Bytes read from the sidecar (or the sealed file) since this store
+    /// opened it: reads touch only the slices they return.
+    pub bytes_read: u64,
     /// The current `files` snapshot.
     pub snapshot_id: Option<i64>,
     /// Appends (and deletes) committed.
@@ -471,6 +474,7 @@ impl Store {
                 .map(|r| r.uncompressed_size)
                 .sum(),
             bytes_stored: a.blob_end,
+            bytes_read: a.sidecar.bytes_read(),
             snapshot_id: a.snapshot_id,
             appends: a.append_seq,
         })

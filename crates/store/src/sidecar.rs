@@ -8,6 +8,7 @@ use std::fs::{File, OpenOptions};
 use std::io::{self, Write};
 use std::os::unix::fs::{FileExt, MetadataExt};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use znippy_format::durable;
 
@@ -20,6 +21,9 @@ pub struct Sidecar {
     path: PathBuf,
     /// `(dev, ino)` of the file opened: what `path` must still name.
     id: (u64, u64),
+    /// Bytes read from it so far: what a read touched, for tests and
+    /// operators alike.
+    read: AtomicU64,
 }
 
 fn identity(m: &std::fs::Metadata) -> (u64, u64) {
@@ -57,6 +61,7 @@ impl Sidecar {
             file,
             path: path.to_path_buf(),
             id: identity(&meta),
+            read: AtomicU64::new(0),
         })
     }
 
@@ -69,6 +74,7 @@ impl Sidecar {
             file,
             path: path.to_path_buf(),
             id: identity(&meta),
+            read: AtomicU64::new(0),
         })
     }
 
@@ -96,6 +102,11 @@ impl Sidecar {
             .map_err(|e| StoreError::io("fsync of the sidecar", e))
     }
 
+    /// Bytes read from the file since it was opened.
+    pub fn bytes_read(&self) -> u64 {
+        self.read.load(Ordering::Relaxed)
+    }
+
     /// Cuts the file back to `end` (after an append that failed before commit).
     pub fn truncate(&self, end: u64) -> Result<()> {
         self.file
@@ -106,7 +117,9 @@ impl Sidecar {
 
 impl znippy_format::ReadAt for Sidecar {
     fn read_exact_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
-        FileExt::read_exact_at(&self.file, buf, offset)
+        FileExt::read_exact_at(&self.file, buf, offset)?;
+        self.read.fetch_add(buf.len() as u64, Ordering::Relaxed);
+        Ok(())
     }
     fn size(&self) -> io::Result<u64> {
         Ok(self.file.metadata()?.len())
