@@ -315,7 +315,7 @@ impl<R: ReadAt> Archive<R> {
 
     fn first_row(&self, path: &str) -> Result<Option<u64>> {
         let row = match &self.trie().1 {
-            Some(t) => match t.get(path) {
+            Some(t) => match t.get(path)? {
                 Some(r) => r,
                 None => return Ok(None),
             },
@@ -388,7 +388,7 @@ impl<R: ReadAt> Archive<R> {
 
     fn firsts(&self, prefix: &str) -> Result<Vec<(String, u64)>> {
         if let Some(t) = &self.trie().1 {
-            return Ok(t.prefix(prefix));
+            return t.prefix(prefix);
         }
         let mut out: Vec<(String, u64)> = Vec::new();
         let mut r = self.partition(prefix)?;

@@ -13,6 +13,11 @@
 //!   than 1 GiB in all (the reader's largest legitimate buffers are a few
 //!   times the 64 MiB chunk limit), which aborts the run.
 //! - **Watchdog.** A case that runs for more than 20 s aborts the run.
+//! - **Structure-aware mutations.** Half the cases mutate inside one section
+//!   and write the section's new BLAKE3 into the manifest (which has no hash
+//!   of its own), so that they get past the section hashes: to the trie, the
+//!   Arrow IPC validators and the row checks, and to `verify`'s re-encoding of
+//!   the tail. The run counts the mutated tries the reader then used.
 //!
 //! `ZNIPPY_FUZZ_SECS` sets the budget (default 5 s; CI runs 20 s). A failure
 //! prints the seed and iteration, and writes the input to the temp directory.
@@ -23,7 +28,9 @@ use std::alloc::System;
 use std::collections::BTreeMap;
 
 use common::*;
-use znippy_format::{extract_all, Archive, ArchiveProps, InputFile, Metadata};
+use znippy_format::{
+    extract_all, Archive, ArchiveProps, InputFile, Metadata, SectionEntry, TrieState, TRIE,
+};
 use znippy_testkit::fuzz;
 
 /// The system allocator, capped: a buffer sized by a field the mutation made
@@ -36,7 +43,59 @@ const ALLOC_CAP: usize = 1 << 30;
 /// The files an archive was made of.
 type Files = BTreeMap<String, Vec<u8>>;
 
-fn seeds() -> Vec<(Vec<u8>, Files)> {
+/// A seed archive: the files it was made of, and where its sections are.
+struct Seed {
+    files: Files,
+    /// `(start, end)` of each section.
+    sections: Vec<(usize, usize)>,
+    manifest_offset: usize,
+    /// The trie section's `(start, end, blake3)`, if there is one.
+    trie: Option<(usize, usize, [u8; 32])>,
+}
+
+impl Seed {
+    fn new(bytes: &[u8], files: Files) -> Seed {
+        let a = Archive::open(bytes).unwrap();
+        let range = |s: &SectionEntry| {
+            let start = s.index_offset as usize;
+            (start, start + s.index_len as usize)
+        };
+        let trie = a
+            .sections()
+            .iter()
+            .find(|s| s.module_name == TRIE)
+            .map(|s| {
+                let (start, end) = range(s);
+                (start, end, s.blake3)
+            });
+        Seed {
+            files,
+            sections: a.sections().iter().map(range).collect(),
+            manifest_offset: a.manifest_offset() as usize,
+            trie,
+        }
+    }
+}
+
+/// Mutates `bytes` anywhere, or (half the time) inside one section, then
+/// puts the section's new hash where the manifest holds its old one.
+fn mutate(rng: &mut fuzz::Rng, bytes: &[u8], seed: &Seed) -> Vec<u8> {
+    if seed.sections.is_empty() || rng.below(2) == 0 {
+        return fuzz::mutate(rng, bytes.to_vec(), true);
+    }
+    let (start, end) = &seed.sections[rng.below(seed.sections.len())];
+    let mut b = bytes.to_vec();
+    let old = *blake3::hash(&b[*start..*end]).as_bytes();
+    fuzz::mutate_within(rng, &mut b[*start..*end]);
+    let new = blake3::hash(&b[*start..*end]);
+    let manifest = &mut b[seed.manifest_offset..];
+    if let Some(at) = manifest.windows(32).position(|w| w == old) {
+        manifest[at..at + 32].copy_from_slice(new.as_bytes());
+    }
+    b
+}
+
+fn seeds() -> Vec<(Vec<u8>, Seed)> {
     let files: Vec<(String, Vec<u8>)> = (0..40)
         .map(|i| {
             (
@@ -78,12 +137,18 @@ fn seeds() -> Vec<(Vec<u8>, Files)> {
     let empty = archive_of(&[], small_props(), &Metadata::Absent);
     let all: Files = files.iter().cloned().collect();
     let first5: Files = files[..5].iter().cloned().collect();
-    vec![
+    [
         (with_meta, all.clone()),
         (plain, first5),
         (two_batches, all),
         (empty, Files::new()),
     ]
+    .into_iter()
+    .map(|(bytes, files)| {
+        let seed = Seed::new(&bytes, files);
+        (bytes, seed)
+    })
+    .collect()
 }
 
 /// Checks one file a mutated archive gave back (see the oracle above);
@@ -104,8 +169,17 @@ fn check_answer(original: &Files, path: &str, got: &[u8]) -> bool {
     }
 }
 
-fn exercise(bytes: &[u8], original: &Files, extract_to: Option<&std::path::Path>) {
-    let Ok(a) = Archive::open(bytes) else { return };
+/// Runs every read on `bytes`; returns whether the reader used a trie whose
+/// bytes differ from the seed's.
+fn exercise(bytes: &[u8], seed: &Seed, extract_to: Option<&std::path::Path>) -> bool {
+    let original = &seed.files;
+    let Ok(a) = Archive::open(bytes) else {
+        return false;
+    };
+    let mutated_trie = a.trie_state() == TrieState::Used
+        && seed.trie.is_some_and(|(start, end, hash)| {
+            bytes.get(start..end).map(|t| *blake3::hash(t).as_bytes()) != Some(hash)
+        });
     let mut renamed = false;
     let mut read = |p: &str| {
         let mut out = Vec::new();
@@ -143,6 +217,7 @@ fn exercise(bytes: &[u8], original: &Files, extract_to: Option<&std::path::Path>
             }
         }
     }
+    mutated_trie
 }
 
 fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
@@ -159,12 +234,15 @@ fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
 
 #[test]
 fn reader_survives_mutated_archives() {
-    fuzz::run(&seeds(), true, |input, original, iteration, tmp| {
+    let mut mutated_tries = 0u64;
+    fuzz::run_with(&seeds(), mutate, |input, seed, iteration, tmp| {
         let dir = tmp.join(format!("x{iteration}"));
         let extract = iteration.is_multiple_of(16).then_some(dir.as_path());
-        exercise(input, original, extract);
+        mutated_tries += u64::from(exercise(input, seed, extract));
         if extract.is_some() {
             let _ = std::fs::remove_dir_all(&dir);
         }
     });
+    eprintln!("{mutated_tries} cases read through a mutated trie");
+    assert!(mutated_tries > 0, "no mutation got past the trie's hash");
 }

@@ -49,32 +49,14 @@ pub fn mutate(rng: &mut Rng, mut b: Vec<u8>, tail_bias: bool) -> Vec<u8> {
         } else {
             rng.below(len)
         };
-        let at = pos.min(b.len().saturating_sub(1));
         match rng.below(7) {
-            0 if !b.is_empty() => b[at] ^= 1 << rng.below(8),
-            1 if !b.is_empty() => b[at] = rng.next_u64() as u8,
-            2 => {
-                let v = INTERESTING[rng.below(INTERESTING.len())].to_le_bytes();
-                let w = [1, 2, 4, 8][rng.below(4)];
-                for (k, byte) in v[..w].iter().enumerate() {
-                    if let Some(x) = b.get_mut(pos + k) {
-                        *x = *byte;
-                    }
-                }
-            }
+            0..=2 | 5 => in_place(rng, &mut b, pos),
             3 => b.truncate(rng.below(len)),
             4 => {
                 let n = 1 + rng.below(64);
                 let junk: Vec<u8> = (0..n).map(|_| rng.next_u64() as u8).collect();
                 let at = pos.min(b.len());
                 b.splice(at..at, junk);
-            }
-            5 if b.len() > 64 => {
-                let n = 1 + rng.below(64);
-                let from = rng.below(b.len() - n);
-                let to = rng.below(b.len() - n);
-                let chunk = b[from..from + n].to_vec();
-                b[to..to + n].copy_from_slice(&chunk);
             }
             _ => {
                 let n = b.len();
@@ -89,6 +71,41 @@ pub fn mutate(rng: &mut Rng, mut b: Vec<u8>, tail_bias: bool) -> Vec<u8> {
     b
 }
 
+/// One to four mutations of `b` that keep its length (bit flips, bytes, edge
+/// values, copied runs): for a structure-aware fuzzer that mutates inside one
+/// part of an input and then fixes up what describes that part.
+pub fn mutate_within(rng: &mut Rng, b: &mut [u8]) {
+    for _ in 0..1 + rng.below(4) {
+        let pos = rng.below(b.len());
+        in_place(rng, b, pos);
+    }
+}
+
+/// One length-keeping mutation at `pos`.
+fn in_place(rng: &mut Rng, b: &mut [u8], pos: usize) {
+    let at = pos.min(b.len().saturating_sub(1));
+    match rng.below(4) {
+        0 if !b.is_empty() => b[at] ^= 1 << rng.below(8),
+        1 if !b.is_empty() => b[at] = rng.next_u64() as u8,
+        2 if b.len() > 64 => {
+            let n = 1 + rng.below(64);
+            let from = rng.below(b.len() - n);
+            let to = rng.below(b.len() - n);
+            let chunk = b[from..from + n].to_vec();
+            b[to..to + n].copy_from_slice(&chunk);
+        }
+        _ => {
+            let v = INTERESTING[rng.below(INTERESTING.len())].to_le_bytes();
+            let w = [1, 2, 4, 8][rng.below(4)];
+            for (k, byte) in v[..w].iter().enumerate() {
+                if let Some(x) = b.get_mut(pos + k) {
+                    *x = *byte;
+                }
+            }
+        }
+    }
+}
+
 /// Runs `case` on mutations of the `seeds` for `ZNIPPY_FUZZ_SECS` (default 5),
 /// from `ZNIPPY_FUZZ_SEED`; returns the number of cases. A panicking case
 /// fails the run with the seed, the iteration and the input kept on disk; a
@@ -96,6 +113,20 @@ pub fn mutate(rng: &mut Rng, mut b: Vec<u8>, tail_bias: bool) -> Vec<u8> {
 pub fn run<S>(
     seeds: &[(Vec<u8>, S)],
     tail_bias: bool,
+    case: impl FnMut(&[u8], &S, u64, &Path),
+) -> u64 {
+    run_with(
+        seeds,
+        |rng, seed, _| mutate(rng, seed.to_vec(), tail_bias),
+        case,
+    )
+}
+
+/// [`run`], with the fuzzer's own mutator: `mutator(rng, seed, seed_info)`
+/// gives the next input.
+pub fn run_with<S>(
+    seeds: &[(Vec<u8>, S)],
+    mut mutator: impl FnMut(&mut Rng, &[u8], &S) -> Vec<u8>,
     mut case: impl FnMut(&[u8], &S, u64, &Path),
 ) -> u64 {
     let secs: u64 = std::env::var("ZNIPPY_FUZZ_SECS")
@@ -125,7 +156,7 @@ pub fn run<S>(
     while Instant::now() < deadline {
         CASE_STARTED.store(start.elapsed().as_millis() as u64, Ordering::Relaxed);
         let (seed_bytes, seed_info) = &seeds[rng.below(seeds.len())];
-        let input = mutate(&mut rng, seed_bytes.clone(), tail_bias);
+        let input = mutator(&mut rng, seed_bytes, seed_info);
         let r = catch_unwind(AssertUnwindSafe(|| {
             case(&input, seed_info, iterations, tmp.path())
         }));
