@@ -57,7 +57,8 @@ fn recover_survives_mutated_undo_files() {
 
     let work = tmp.path().join("case.znippy");
     let work_undo = undo_path(&work);
-    let cases = fuzz::run(&[(undo, ())], false, |input, _, _, _| {
+    let corpus = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/corpus/fuzz_undo.txt");
+    let cases = fuzz::run(&corpus, &[(undo, ())], false, |input, _, _, _| {
         std::fs::write(&work, &crashed).unwrap();
         std::fs::write(&work_undo, input).unwrap();
         let outcome = recover(&work);
@@ -67,6 +68,7 @@ fn recover_survives_mutated_undo_files() {
             _ => assert!(now == crashed, "recover changed the archive: {outcome:?}"),
         }
         let _ = std::fs::remove_file(&work_undo);
+        outcome.map_or_else(|e| fuzz::class(&e), |r| format!("{r:?}"))
     });
     // The unmutated file rolls back: the oracle's good case is reachable.
     std::fs::write(&work, &crashed).unwrap();

@@ -269,6 +269,11 @@ fn check_message(
     if len > BATCH_ROWS as u64 {
         return Err(format!("{len} rows in one batch"));
     }
+    // Variadic buffer counts belong to view columns, which no section has;
+    // arrow asserts, rather than checks, that none are left over.
+    if rb.variadicBufferCounts().is_some_and(|c| !c.is_empty()) {
+        return Err("variadic buffer counts, but no view columns".into());
+    }
     let nodes: Vec<_> = rb.nodes().into_iter().flatten().collect();
     let buffers: Vec<_> = rb.buffers().into_iter().flatten().collect();
     let fields = schema.fields();

@@ -12,6 +12,7 @@ mod common;
 use std::alloc::System;
 use std::collections::BTreeMap;
 use std::io::Cursor;
+use std::path::Path;
 
 use common::*;
 use znippy_format::{compress, Archive, Metadata, TarEntries};
@@ -99,9 +100,11 @@ fn the_seeds_compress_to_their_files() {
 
 #[test]
 fn tar_reader_survives_mutated_streams() {
-    fuzz::run(&seeds(), false, |input, _, _, _| {
-        let Ok(out) = archive_of_tar(input) else {
-            return;
+    let corpus = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/corpus/fuzz_tar.txt");
+    fuzz::run(&corpus, &seeds(), false, |input, _, _, _| {
+        let out = match archive_of_tar(input) {
+            Ok(out) => out,
+            Err(e) => return fuzz::class(&e),
         };
         let a = Archive::open(out.as_slice()).expect("an archive the engine wrote opens");
         a.verify(1).expect("and verifies");
@@ -109,5 +112,6 @@ fn tar_reader_survives_mutated_streams() {
             a.read_file(&p, &mut Vec::new())
                 .unwrap_or_else(|e| panic!("{p}: {e}"));
         }
+        "compressed".into()
     });
 }

@@ -72,7 +72,9 @@ fn mutated_multipart_uploads_are_refused_or_stored_faithfully() {
     });
     let mut model: BTreeMap<String, u64> = BTreeMap::new();
     let (mut accepted, mut refused) = (0u64, 0u64);
-    znippy_testkit::fuzz::run(&seeds(), false, |body, _, _, _| {
+    let corpus =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/corpus/fuzz_multipart.txt");
+    znippy_testkit::fuzz::run(&corpus, &seeds(), false, |body, _, _, _| {
         rt.block_on(async {
             let r = c
                 .post(server.url("/archives/a/files"))
@@ -100,7 +102,7 @@ fn mutated_multipart_uploads_are_refused_or_stored_faithfully() {
                     "{status} without a code: {v}"
                 );
                 assert_eq!(now, model, "a refused upload ({v}) changed the archive");
-                return;
+                return format!("{status} {}", v["error"]["code"]);
             }
             assert_eq!(status, StatusCode::OK, "{v}");
             accepted += 1;
@@ -130,6 +132,7 @@ fn mutated_multipart_uploads_are_refused_or_stored_faithfully() {
                 assert!(contains(body, &got), "{p}: bytes that are not in the body");
             }
             model = now;
+            "accepted".to_string()
         })
     });
     eprintln!("{accepted} uploads accepted, {refused} refused");

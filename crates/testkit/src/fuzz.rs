@@ -106,16 +106,82 @@ fn in_place(rng: &mut Rng, b: &mut [u8], pos: usize) {
     }
 }
 
-/// Runs `case` on mutations of the `seeds` for `ZNIPPY_FUZZ_SECS` (default 5),
-/// from `ZNIPPY_FUZZ_SEED`; returns the number of cases. A panicking case
-/// fails the run with the seed, the iteration and the input kept on disk; a
-/// case running for over 20 s aborts it (a hang).
+/// The class of an outcome: an error's message without its digits (which
+/// name offsets, sizes and counts), cut to 80 characters. Two inputs with the
+/// same class most likely took the same path.
+pub fn class(outcome: &dyn std::fmt::Display) -> String {
+    outcome
+        .to_string()
+        .chars()
+        .filter(|c| !c.is_ascii_digit())
+        .take(80)
+        .collect()
+}
+
+/// Most cases a corpus keeps.
+const CORPUS_CASES: usize = 256;
+
+/// A fuzzer's corpus, kept in the repository: the random state the last saved
+/// run stopped at, and the cases (each a random state: the seed it mutates
+/// and its mutations follow from it) that reached an outcome no earlier case
+/// had.
+#[derive(Default)]
+struct Corpus {
+    next: Option<u64>,
+    cases: Vec<u64>,
+}
+
+impl Corpus {
+    fn load(path: &Path) -> Corpus {
+        let Ok(text) = std::fs::read_to_string(path) else {
+            return Corpus::default();
+        };
+        let mut c = Corpus::default();
+        for line in text.lines().filter(|l| !l.starts_with('#')) {
+            let number = |v: &str| {
+                v.parse::<u64>()
+                    .unwrap_or_else(|e| panic!("{}: {line:?}: {e}", path.display()))
+            };
+            match line.split_once(' ') {
+                Some(("next", v)) => c.next = Some(number(v)),
+                Some(("case", v)) => c.cases.push(number(v)),
+                _ => panic!("{}: {line:?} is not `next N` or `case N`", path.display()),
+            }
+        }
+        c
+    }
+
+    fn save(&self, path: &Path) {
+        let mut text = String::from(
+            "# A fuzz corpus (crates/testkit/src/fuzz.rs): the cases are replayed first,\n\
+             # then the run goes on from `next`. Rewritten by a run with ZNIPPY_FUZZ_SAVE=1.\n",
+        );
+        if let Some(n) = self.next {
+            text.push_str(&format!("next {n}\n"));
+        }
+        for c in &self.cases {
+            text.push_str(&format!("case {c}\n"));
+        }
+        std::fs::write(path, text).unwrap();
+    }
+}
+
+/// Runs `case` on mutations of the `seeds` for `ZNIPPY_FUZZ_SECS` (default 5)
+/// and returns the number of cases; `case` returns its outcome's [`class`].
+/// The cases of the `corpus` file run first; then the run goes on from the
+/// random state the corpus saved (or `ZNIPPY_FUZZ_SEED`). With
+/// `ZNIPPY_FUZZ_SAVE=1` the corpus is rewritten: the cases that reached a new
+/// class, and where this run stopped. A panicking case fails the run with the
+/// case's state and the input kept on disk; a case running for over 20 s
+/// aborts it (a hang).
 pub fn run<S>(
+    corpus: &Path,
     seeds: &[(Vec<u8>, S)],
     tail_bias: bool,
-    case: impl FnMut(&[u8], &S, u64, &Path),
+    case: impl FnMut(&[u8], &S, u64, &Path) -> String,
 ) -> u64 {
     run_with(
+        corpus,
         seeds,
         |rng, seed, _| mutate(rng, seed.to_vec(), tail_bias),
         case,
@@ -125,17 +191,20 @@ pub fn run<S>(
 /// [`run`], with the fuzzer's own mutator: `mutator(rng, seed, seed_info)`
 /// gives the next input.
 pub fn run_with<S>(
+    corpus: &Path,
     seeds: &[(Vec<u8>, S)],
     mut mutator: impl FnMut(&mut Rng, &[u8], &S) -> Vec<u8>,
-    mut case: impl FnMut(&[u8], &S, u64, &Path),
+    mut case: impl FnMut(&[u8], &S, u64, &Path) -> String,
 ) -> u64 {
     let secs: u64 = std::env::var("ZNIPPY_FUZZ_SECS")
         .ok()
         .and_then(|s| s.parse().ok())
         .unwrap_or(5);
+    let saved = Corpus::load(corpus);
     let seed: u64 = std::env::var("ZNIPPY_FUZZ_SEED")
         .ok()
         .and_then(|s| s.parse().ok())
+        .or(saved.next)
         .unwrap_or(0x5eed);
     let tmp = tempfile::tempdir().unwrap();
     let mut rng = Rng(seed | 1);
@@ -148,30 +217,50 @@ pub fn run_with<S>(
         std::thread::sleep(Duration::from_secs(1));
         let began = CASE_STARTED.load(Ordering::Relaxed);
         if began != IDLE && start.elapsed().as_millis() as u64 > began + 20_000 {
-            eprintln!("a fuzz case ran for over 20 s (ZNIPPY_FUZZ_SEED={seed}): a hang");
+            eprintln!("a fuzz case ran for over 20 s: a hang");
             std::process::abort();
         }
     });
     let mut iterations = 0u64;
-    while Instant::now() < deadline {
+    let mut seen = std::collections::HashSet::new();
+    let mut kept = Corpus::default();
+    let mut one = |state: u64| {
         CASE_STARTED.store(start.elapsed().as_millis() as u64, Ordering::Relaxed);
-        let (seed_bytes, seed_info) = &seeds[rng.below(seeds.len())];
-        let input = mutator(&mut rng, seed_bytes, seed_info);
-        let r = catch_unwind(AssertUnwindSafe(|| {
+        let mut r = Rng(state | 1);
+        let (seed_bytes, seed_info) = &seeds[r.below(seeds.len())];
+        let input = mutator(&mut r, seed_bytes, seed_info);
+        let outcome = catch_unwind(AssertUnwindSafe(|| {
             case(&input, seed_info, iterations, tmp.path())
         }));
-        if r.is_err() {
-            std::fs::write(tmp.path().join("crash.input"), &input).unwrap();
-            let kept = tmp.keep();
+        let Ok(class) = outcome else {
+            let kept = std::env::temp_dir().join(format!("znippy-fuzz-{state}.input"));
+            std::fs::write(&kept, &input).unwrap();
             panic!(
-                "panic on iteration {iterations} (ZNIPPY_FUZZ_SEED={seed}); input kept in {}",
-                kept.join("crash.input").display()
+                "panic on case {state} (iteration {iterations}); input kept in {}",
+                kept.display()
             );
-        }
+        };
         iterations += 1;
+        if seen.insert(class) && kept.cases.len() < CORPUS_CASES {
+            kept.cases.push(state);
+        }
+    };
+    for &state in &saved.cases {
+        one(state);
+    }
+    let replayed = saved.cases.len();
+    while Instant::now() < deadline {
+        one(rng.next_u64());
     }
     CASE_STARTED.store(IDLE, Ordering::Relaxed);
-    eprintln!("fuzzed {iterations} mutated inputs in {secs} s");
+    eprintln!(
+        "fuzzed {iterations} inputs ({replayed} from the corpus) in {secs} s: {} classes of outcome",
+        seen.len()
+    );
+    if std::env::var_os("ZNIPPY_FUZZ_SAVE").is_some() {
+        kept.next = Some(rng.0);
+        kept.save(corpus);
+    }
     assert!(iterations > 0);
     iterations
 }
