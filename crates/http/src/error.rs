@@ -290,30 +290,36 @@ fn format_error(e: &znippy_format::Error) -> ApiError {
 
 impl From<StoreError> for ApiError {
     fn from(e: StoreError) -> Self {
-        let msg = e.to_string();
-        match &e {
-            StoreError::NoArchive(_) => {
-                ApiError::new(StatusCode::NOT_FOUND, ErrorCode::NoArchive, msg)
-            }
-            StoreError::NotFound(_) => ApiError::new(StatusCode::NOT_FOUND, ErrorCode::NoFile, msg),
-            StoreError::Exists(_) => ApiError::new(StatusCode::CONFLICT, ErrorCode::Exists, msg),
-            StoreError::Sealed(_) => ApiError::new(StatusCode::CONFLICT, ErrorCode::Sealed, msg),
-            StoreError::BadId(_) => ApiError::bad_request(ErrorCode::BadId, msg),
-            StoreError::SidecarGone(_) => {
-                ApiError::new(StatusCode::SERVICE_UNAVAILABLE, ErrorCode::Unavailable, msg)
-            }
-            StoreError::OverBudget { .. } => {
-                ApiError::new(StatusCode::SERVICE_UNAVAILABLE, ErrorCode::OverBudget, msg)
-            }
-            StoreError::Format(f) => format_error(f),
-            StoreError::Iceberg(i) if i.kind() == iceberg::ErrorKind::CatalogCommitConflicts => {
-                ApiError::new(StatusCode::CONFLICT, ErrorCode::Conflict, msg)
-            }
-            _ if out_of_space(&e) => {
-                ApiError::new(StatusCode::INSUFFICIENT_STORAGE, ErrorCode::NoSpace, msg)
-            }
-            _ => ApiError::internal(msg),
+        store_error(&e, e.to_string())
+    }
+}
+
+fn store_error(e: &StoreError, msg: String) -> ApiError {
+    match e {
+        // A group commit's failure answers each of its appends as itself.
+        StoreError::Commit(cause) => store_error(cause, msg),
+        StoreError::QueueFailed => {
+            ApiError::new(StatusCode::SERVICE_UNAVAILABLE, ErrorCode::Unavailable, msg)
         }
+        StoreError::NoArchive(_) => ApiError::new(StatusCode::NOT_FOUND, ErrorCode::NoArchive, msg),
+        StoreError::NotFound(_) => ApiError::new(StatusCode::NOT_FOUND, ErrorCode::NoFile, msg),
+        StoreError::Exists(_) => ApiError::new(StatusCode::CONFLICT, ErrorCode::Exists, msg),
+        StoreError::Sealed(_) => ApiError::new(StatusCode::CONFLICT, ErrorCode::Sealed, msg),
+        StoreError::BadId(_) => ApiError::bad_request(ErrorCode::BadId, msg),
+        StoreError::SidecarGone(_) => {
+            ApiError::new(StatusCode::SERVICE_UNAVAILABLE, ErrorCode::Unavailable, msg)
+        }
+        StoreError::OverBudget { .. } => {
+            ApiError::new(StatusCode::SERVICE_UNAVAILABLE, ErrorCode::OverBudget, msg)
+        }
+        StoreError::Format(f) => format_error(f),
+        StoreError::Iceberg(i) if i.kind() == iceberg::ErrorKind::CatalogCommitConflicts => {
+            ApiError::new(StatusCode::CONFLICT, ErrorCode::Conflict, msg)
+        }
+        _ if out_of_space(e) => {
+            ApiError::new(StatusCode::INSUFFICIENT_STORAGE, ErrorCode::NoSpace, msg)
+        }
+        _ => ApiError::internal(msg),
     }
 }
 

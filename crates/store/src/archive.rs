@@ -16,12 +16,23 @@
 //! committed end, cut off on the next open. A crash between 3 and 4 is rolled
 //! forward on open: the meta data files named in the `files` summary are
 //! committed to `meta`.
+//!
+//! Appends commit in groups. Step 1 runs one append at a time (the engine
+//! and the sidecar's end are one per archive); an append whose blobs are
+//! synced joins the archive's queue ([`LiveArchive::enqueue`]) and lets the
+//! next one start writing. Steps 2 to 4 run for the whole queue at once, by
+//! whichever queued append takes the commit lock first ([`Group`]): one data
+//! file per table and one snapshot for every append that was waiting, each
+//! keeping its own append number (what a seal's batches follow). Each is
+//! acknowledged once the group is committed and its rows are readable.
 
 use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::io::{BufWriter, Write};
 use std::path::PathBuf;
 use std::sync::Arc;
+
+use tokio::sync::oneshot;
 
 use iceberg::spec::{deserialize_data_file_from_json, serialize_data_file_to_json, DataFile};
 use iceberg::table::Table;
@@ -204,8 +215,44 @@ pub struct LiveArchive {
     pub(crate) dead: bool,
     /// Set when the archive is dropped, for changes that were waiting on it.
     pub(crate) dropped: bool,
+    /// The engine, carried from one append to the next: while appends are
+    /// queued its dedupe map and blob end run ahead of the committed state.
     engine: Option<Engine>,
+    /// Whether the engine may dedupe into slices that died (a replaced path):
+    /// rebuilt from the live slices once nothing is queued.
+    engine_stale: bool,
+    /// Appends whose blobs are synced, waiting for their group commit.
+    queue: Vec<Queued>,
+    /// A group commit failed: the blobs past the committed end (and the
+    /// engine that wrote them) are to be dropped before the next append.
+    broken: bool,
     threads: usize,
+}
+
+/// An append whose blobs are written and synced, waiting to be committed.
+pub(crate) struct Queued {
+    rows: Vec<SliceRow>,
+    stats: BatchStats,
+    meta: Option<MetaTable>,
+    /// The blob end after its blobs.
+    end: u64,
+    done: oneshot::Sender<Result<AppendReceipt>>,
+}
+
+/// The queue of appends taken for one commit (steps 2 to 4), with the rows
+/// it writes. Built under the state lock, committed without it
+/// ([`Group::commit`]), then applied under it again.
+pub(crate) struct Group {
+    /// The appends that passed their checks, each with its append number.
+    appends: Vec<(Queued, u64)>,
+    file_rows: Vec<FileRow>,
+    meta_rows: Vec<MetaLogRow>,
+    end: u64,
+    files_ident: TableIdent,
+    meta_ident: TableIdent,
+    /// The archive had no metadata section before this group's facts.
+    first_meta: bool,
+    started: std::time::Instant,
 }
 
 impl std::fmt::Debug for LiveArchive {
@@ -352,6 +399,9 @@ impl LiveArchive {
             dead,
             dropped: false,
             engine: None,
+            engine_stale: false,
+            queue: Vec::new(),
+            broken: false,
             threads,
         };
         archive.engine = Some(archive.fresh_engine()?);
@@ -430,7 +480,7 @@ impl LiveArchive {
     }
 
     /// The first step of an append: what writing its blobs needs. The caller
-    /// holds the archive's writer lock from here to [`LiveArchive::finish_append`],
+    /// holds the archive's writer lock from here to [`LiveArchive::enqueue`],
     /// but the state lock only for this call, so reads go on meanwhile.
     pub(crate) fn begin_append(&mut self) -> Result<PendingBlobs> {
         if self.dropped {
@@ -439,22 +489,179 @@ impl LiveArchive {
         if self.sealed.is_some() {
             return Err(StoreError::Sealed(self.id.clone()));
         }
+        if self.broken {
+            // Nothing is queued: the failed group took the queue with it.
+            self.abandon_append();
+        }
         let engine = match self.engine.take() {
-            Some(e) => e,
-            None => self.fresh_engine()?,
+            Some(e) if !(self.engine_stale && self.queue.is_empty()) => e,
+            // With nothing queued, the committed state is the whole state.
+            _ if self.queue.is_empty() => {
+                self.engine_stale = false;
+                self.fresh_engine()?
+            }
+            _ => {
+                return Err(StoreError::Task(
+                    "the engine is gone while appends are queued".into(),
+                ))
+            }
         };
+        let start = engine.blob_end();
         Ok(PendingBlobs {
             engine,
             sidecar: Arc::clone(&self.sidecar),
-            start: self.blob_end,
+            start,
         })
+    }
+
+    /// Queues an append whose blobs `engine` wrote and synced, once its names
+    /// fit the live files and the appends queued before it; the receiver gets
+    /// its receipt once a group commit has made it durable and readable. On
+    /// an error the caller cuts its blobs off (`abandon_append`).
+    pub(crate) fn enqueue(
+        &mut self,
+        engine: Engine,
+        rows: Vec<SliceRow>,
+        stats: BatchStats,
+        meta: Option<MetaTable>,
+    ) -> Result<oneshot::Receiver<Result<AppendReceipt>>> {
+        if self.dropped {
+            return Err(StoreError::NoArchive(self.id.clone()));
+        }
+        if self.broken {
+            return Err(StoreError::QueueFailed);
+        }
+        let earlier: BTreeMap<String, bool> = self
+            .queue
+            .iter()
+            .flat_map(|q| &q.rows)
+            .map(|r| (r.relative_path.clone(), is_dir(r.mode)))
+            .collect();
+        self.check_names(&rows, &earlier)?;
+        let (done, receipt) = oneshot::channel();
+        self.queue.push(Queued {
+            rows,
+            stats,
+            meta,
+            end: engine.blob_end(),
+            done,
+        });
+        self.engine = Some(engine);
+        Ok(receipt)
+    }
+
+    /// Takes the queue for one commit and builds its rows (an append whose
+    /// links cannot be read back hears why, and its blobs stay behind as dead
+    /// bytes). `None` when nothing is queued.
+    pub(crate) fn take_group(&mut self) -> Option<Group> {
+        let queue = std::mem::take(&mut self.queue);
+        let end = queue.last()?.end;
+        let started = std::time::Instant::now();
+        if let Err(e) = self.sidecar.check_in_place() {
+            let e = Arc::new(e);
+            for q in queue {
+                let _ = q.done.send(Err(StoreError::Commit(Arc::clone(&e))));
+            }
+            self.broken = true;
+            return None;
+        }
+        let (mut appends, mut file_rows, mut meta_rows) = (Vec::new(), Vec::new(), Vec::new());
+        let mut seq = self.append_seq;
+        for q in queue {
+            match self.file_rows(&q.rows, seq + 1, end) {
+                Ok(rows) => {
+                    seq += 1;
+                    file_rows.extend(rows);
+                    meta_rows.extend(meta_log_rows(
+                        q.meta.iter().flat_map(|t| t.rows()),
+                        seq,
+                        false,
+                    ));
+                    appends.push((q, seq));
+                }
+                Err(e) => {
+                    // Its blobs sit inside the region the group commits:
+                    // the sidecar is no longer what a one-shot compress gives.
+                    self.dead = true;
+                    let _ = q.done.send(Err(e));
+                }
+            }
+        }
+        if appends.is_empty() {
+            return None;
+        }
+        Some(Group {
+            appends,
+            file_rows,
+            meta_rows,
+            end,
+            files_ident: self.files_ident.clone(),
+            meta_ident: self.meta_ident.clone(),
+            first_meta: matches!(self.meta, Metadata::Absent),
+            started,
+        })
+    }
+
+    /// Folds a committed group into the state and acknowledges its appends;
+    /// or, if the commit failed, fails them and marks the blobs past the
+    /// committed end for dropping.
+    pub(crate) fn apply_group(&mut self, group: Group, committed: Result<(Committed, Result<()>)>) {
+        let (Committed { snapshot_id, .. }, meta_committed) = match committed {
+            Ok(c) => c,
+            Err(e) => {
+                self.broken = true;
+                let e = Arc::new(e);
+                for (q, _) in group.appends {
+                    let _ = q.done.send(Err(StoreError::Commit(Arc::clone(&e))));
+                }
+                return;
+            }
+        };
+        let meta_committed = meta_committed.map_err(Arc::new);
+        self.blob_end = group.end;
+        self.snapshot_id = Some(snapshot_id);
+        let commit_time = group.started.elapsed();
+        let mut receipts = Vec::new();
+        for (q, seq) in group.appends {
+            if self.apply_rows(seq, q.rows) {
+                self.dead = true;
+                self.engine_stale = true;
+            }
+            self.append_seq = seq;
+            if meta_committed.is_ok() {
+                // Facts that wrote no rows leave the archive as it was.
+                if let Some(set) = q.meta.filter(|t| t.rows().next().is_some()) {
+                    match &mut self.meta {
+                        Metadata::Present(t) => t.merge(set),
+                        Metadata::Absent => self.meta = Metadata::Present(set),
+                    }
+                }
+            }
+            let receipt = AppendReceipt {
+                files: q.stats.files,
+                bytes: q.stats.bytes_in,
+                append_seq: seq,
+                snapshot_id,
+                blob_end: group.end,
+                commit_time,
+            };
+            receipts.push((q.done, receipt));
+        }
+        for (done, receipt) in receipts {
+            let answer = match &meta_committed {
+                Ok(()) => Ok(receipt),
+                Err(e) => Err(StoreError::Commit(Arc::clone(e))),
+            };
+            let _ = done.send(answer);
+        }
     }
 
     /// Refuses a batch that would put a path below a live file or link, or a
     /// file above live paths (`x` and `x/y` cannot both be extracted), or a
     /// name that is a live one in NFC.
-    fn check_names(&self, rows: &[SliceRow]) -> Result<()> {
-        let is_dir = |mode| Kind::of(mode).is_ok_and(|k| k == Kind::Dir);
+    /// `earlier` holds the paths (and whether each is a directory) of the
+    /// appends queued before this one, which will be live when it is.
+    fn check_names(&self, rows: &[SliceRow], earlier: &BTreeMap<String, bool>) -> Result<()> {
         let mut batch: BTreeMap<&str, bool> = BTreeMap::new();
         for r in rows {
             batch.entry(&r.relative_path).or_insert(is_dir(r.mode));
@@ -470,7 +677,8 @@ impl LiveArchive {
                 .range(dir.clone()..)
                 .next()
                 .map(|(q, _)| q.clone());
-            [in_batch, live]
+            let queued = earlier.range(dir.clone()..).next().map(|(q, _)| q.clone());
+            [in_batch, live, queued]
                 .into_iter()
                 .flatten()
                 .find(|q| q.starts_with(&dir))
@@ -478,18 +686,26 @@ impl LiveArchive {
         check_nesting(
             batch.iter().map(|(p, d)| (*p, *d)),
             |p| {
-                batch.get(p).copied().or_else(|| {
-                    self.live
-                        .get(p)
-                        .map(|f| is_dir(f.rows.first().and_then(|r| r.mode)))
-                })
+                batch
+                    .get(p)
+                    .or_else(|| earlier.get(p))
+                    .copied()
+                    .or_else(|| {
+                        self.live
+                            .get(p)
+                            .map(|f| is_dir(f.rows.first().and_then(|r| r.mode)))
+                    })
             },
             below,
         )?;
         let unnormalized = self.unnormalized.iter().map(String::as_str);
+        let queued = earlier
+            .keys()
+            .map(String::as_str)
+            .filter(|p| matches!(nfc(p), Cow::Owned(_)));
         Ok(check_twins(
-            unnormalized.chain(batch.keys().copied()),
-            |p| batch.contains_key(p) || self.live.contains_key(p),
+            unnormalized.chain(queued).chain(batch.keys().copied()),
+            |p| batch.contains_key(p) || earlier.contains_key(p) || self.live.contains_key(p),
         )?)
     }
 
@@ -498,75 +714,15 @@ impl LiveArchive {
     /// needs to hear, so a failure here is logged, not returned: bytes past
     /// `blob_end` are never read, the next append overwrites them, and the next
     /// open cuts them off.
+    /// The caller holds the writer lock and nothing is queued.
     pub(crate) fn abandon_append(&mut self) {
         if let Err(e) = self.sidecar.truncate(self.blob_end) {
             tracing::warn!("{}: rolling the sidecar back failed: {e}", self.id);
         }
+        self.broken = false;
+        self.engine_stale = false;
         // Rebuilt on the next append if this fails too.
         self.engine = self.fresh_engine().ok();
-    }
-
-    /// The last step of an append: commits what [`write_blobs`] wrote, or, if
-    /// anything failed, cuts the sidecar back to the committed end.
-    pub(crate) async fn finish_append(
-        &mut self,
-        catalog: &RedbCatalog,
-        engine: Engine,
-        result: Result<(Vec<SliceRow>, BatchStats, Option<MetaTable>)>,
-    ) -> Result<AppendReceipt> {
-        let seq = self.append_seq + 1;
-        let commit_start = std::time::Instant::now();
-        let result = result
-            .and_then(|r| self.check_names(&r.0).map(|_| r))
-            .and_then(|r| self.sidecar.check_in_place().map(|_| r));
-        let committed = match result {
-            Ok((rows, stats, meta)) => {
-                let new_end = engine.blob_end();
-                let file_rows = self.file_rows(&rows, seq, new_end)?;
-                let meta_rows = meta_log_rows(meta.iter().flat_map(|t| t.rows()), seq, false);
-                match self
-                    .commit_files(catalog, seq, &file_rows, &meta_rows, new_end)
-                    .await
-                {
-                    Ok((snap, pending)) => Ok((snap, pending, rows, stats, meta)),
-                    Err(e) => Err(e),
-                }
-            }
-            Err(e) => Err(e),
-        };
-        let (snapshot_id, pending, rows, stats, meta) = match committed {
-            Ok(c) => c,
-            Err(e) => {
-                self.abandon_append();
-                return Err(e);
-            }
-        };
-        self.blob_end = engine.blob_end();
-        self.engine = Some(engine);
-        if self.apply_rows(seq, rows) {
-            self.dead = true;
-            self.engine = Some(self.fresh_engine()?);
-        }
-        self.append_seq = seq;
-        self.snapshot_id = Some(snapshot_id);
-        if !pending.is_empty() {
-            self.commit_pending_meta(catalog, pending, seq).await?;
-            if let Metadata::Absent = self.meta {
-                crate::set_has_meta(catalog, self.files_ident.namespace()).await?;
-                self.meta = Metadata::Present(MetaTable::new());
-            }
-            if let (Metadata::Present(t), Some(set)) = (&mut self.meta, meta) {
-                t.merge(set);
-            }
-        }
-        Ok(AppendReceipt {
-            files: stats.files,
-            bytes: stats.bytes_in,
-            append_seq: seq,
-            snapshot_id,
-            blob_end: self.blob_end,
-            commit_time: commit_start.elapsed(),
-        })
     }
 
     /// The `files` rows of an append's slices, with each link's target for
@@ -657,46 +813,6 @@ impl LiveArchive {
         replaced
     }
 
-    /// Steps 2 and 3 of a change: returns the `files` snapshot id and the meta
-    /// data files still to commit (step 4).
-    async fn commit_files(
-        &self,
-        catalog: &RedbCatalog,
-        seq: u64,
-        file_rows: &[FileRow],
-        meta_rows: &[MetaLogRow],
-        new_end: u64,
-    ) -> Result<(i64, Vec<DataFile>)> {
-        let files = catalog.load_table(&self.files_ident).await?;
-        let mut props = HashMap::from([
-            (BLOB_END_KEY.to_string(), new_end.to_string()),
-            (APPEND_SEQ_KEY.to_string(), seq.to_string()),
-        ]);
-        let pending = if meta_rows.is_empty() {
-            Vec::new()
-        } else {
-            let meta_table = catalog.load_table(&self.meta_ident).await?;
-            let pending =
-                tables::write_data_file(&meta_table, tables::meta_batch(&meta_table, meta_rows)?)
-                    .await?;
-            props.insert(
-                PENDING_META_KEY.into(),
-                encode_data_files(&meta_table, &pending)?,
-            );
-            failpoint("store.meta-file-written");
-            pending
-        };
-        let data = if file_rows.is_empty() {
-            Vec::new()
-        } else {
-            tables::write_data_file(&files, tables::files_batch(&files, file_rows)?).await?
-        };
-        failpoint("store.files-file-written");
-        let snapshot_id = commit_files(catalog, &files, data, props).await?;
-        failpoint("store.files-committed");
-        Ok((snapshot_id, pending))
-    }
-
     /// Deletes `path` with a tombstone row, as one commit.
     pub(crate) async fn delete(&mut self, catalog: &RedbCatalog, path: &str) -> Result<i64> {
         if self.dropped {
@@ -735,9 +851,9 @@ impl LiveArchive {
             Metadata::Absent => Vec::new(),
         };
         let meta_tombs = meta_log_rows(facts, seq, true);
-        let (snapshot_id, pending) = self
-            .commit_files(catalog, seq, &[tomb], &meta_tombs, self.blob_end)
-            .await?;
+        let idents = (&self.files_ident, &self.meta_ident);
+        let (Committed { snapshot_id, .. }, pending) =
+            commit_change(catalog, idents, seq, &[tomb], &meta_tombs, self.blob_end).await?;
         self.live.remove(path);
         self.unnormalized.remove(path);
         self.dead = true;
@@ -745,28 +861,102 @@ impl LiveArchive {
         self.append_seq = seq;
         self.snapshot_id = Some(snapshot_id);
         if !pending.is_empty() {
-            self.commit_pending_meta(catalog, pending, seq).await?;
+            commit_pending_meta(catalog, &self.meta_ident, pending, seq).await?;
             if let Metadata::Present(t) = &mut self.meta {
                 t.remove_path(path);
             }
         }
         Ok(snapshot_id)
     }
+}
 
-    /// Step 4 of a change: the meta rows the `files` snapshot named as pending.
-    /// That snapshot is committed already; if this fails, the next open rolls
-    /// the rows forward.
-    async fn commit_pending_meta(
-        &self,
-        catalog: &RedbCatalog,
-        pending: Vec<DataFile>,
-        seq: u64,
-    ) -> Result<()> {
-        let meta_table = catalog.load_table(&self.meta_ident).await?;
-        commit_meta(catalog, &meta_table, pending, seq).await?;
-        failpoint("store.meta-committed");
-        Ok(())
+impl Group {
+    /// Steps 2 to 4 for the whole group: the `files` snapshot id, and how
+    /// the metadata step went (the appends are committed either way once the
+    /// snapshot is; a failed metadata step is rolled forward on open).
+    pub(crate) async fn commit(&self, catalog: &RedbCatalog) -> Result<(Committed, Result<()>)> {
+        let seq = self.appends.last().map_or(0, |(_, s)| *s);
+        let idents = (&self.files_ident, &self.meta_ident);
+        let (committed, pending) = commit_change(
+            catalog,
+            idents,
+            seq,
+            &self.file_rows,
+            &self.meta_rows,
+            self.end,
+        )
+        .await?;
+        if pending.is_empty() {
+            return Ok((committed, Ok(())));
+        }
+        let meta = async {
+            commit_pending_meta(catalog, &self.meta_ident, pending, seq).await?;
+            if self.first_meta {
+                crate::set_has_meta(catalog, self.files_ident.namespace()).await?;
+            }
+            Ok(())
+        };
+        Ok((committed, meta.await))
     }
+}
+
+/// Steps 2 and 3 of a change to `tables` (`files`, `meta`): returns the
+/// `files` snapshot id and the meta data files still to commit (step 4).
+async fn commit_change(
+    catalog: &RedbCatalog,
+    idents: (&TableIdent, &TableIdent),
+    seq: u64,
+    file_rows: &[FileRow],
+    meta_rows: &[MetaLogRow],
+    new_end: u64,
+) -> Result<(Committed, Vec<DataFile>)> {
+    let files = catalog.load_table(idents.0).await?;
+    let mut props = HashMap::from([
+        (BLOB_END_KEY.to_string(), new_end.to_string()),
+        (APPEND_SEQ_KEY.to_string(), seq.to_string()),
+    ]);
+    let pending = if meta_rows.is_empty() {
+        Vec::new()
+    } else {
+        let meta_table = catalog.load_table(idents.1).await?;
+        let pending =
+            tables::write_data_file(&meta_table, tables::meta_batch(&meta_table, meta_rows)?)
+                .await?;
+        props.insert(
+            PENDING_META_KEY.into(),
+            encode_data_files(&meta_table, &pending)?,
+        );
+        failpoint("store.meta-file-written");
+        pending
+    };
+    let data = if file_rows.is_empty() {
+        Vec::new()
+    } else {
+        tables::write_data_file(&files, tables::files_batch(&files, file_rows)?).await?
+    };
+    failpoint("store.files-file-written");
+    let committed = commit_files(catalog, &files, data, props).await?;
+    failpoint("store.files-committed");
+    Ok((committed, pending))
+}
+
+/// Step 4 of a change: the meta rows the `files` snapshot named as pending.
+/// That snapshot is committed already; if this fails, the next open rolls
+/// the rows forward.
+async fn commit_pending_meta(
+    catalog: &RedbCatalog,
+    meta_ident: &TableIdent,
+    pending: Vec<DataFile>,
+    seq: u64,
+) -> Result<()> {
+    let meta_table = catalog.load_table(meta_ident).await?;
+    commit_meta(catalog, &meta_table, pending, seq).await?;
+    failpoint("store.meta-committed");
+    Ok(())
+}
+
+fn is_dir(mode: Option<u32>) -> bool {
+    Kind::of(mode).is_ok_and(|k| k == Kind::Dir)
 }
 
 fn meta_log_rows(
@@ -804,7 +994,7 @@ async fn commit_files(
     files: &Table,
     data: Vec<DataFile>,
     props: HashMap<String, String>,
-) -> Result<i64> {
+) -> Result<Committed> {
     let tx = Transaction::new(files);
     let action = tx
         .fast_append()
@@ -813,10 +1003,31 @@ async fn commit_files(
         .set_snapshot_properties(props);
     let committed = action.apply(tx)?.commit(catalog).await?;
     expire_old_snapshots(catalog, &committed).await;
-    committed
+    let snapshot = committed
         .metadata()
-        .current_snapshot_id()
-        .ok_or_else(|| StoreError::Corrupt("commit left no snapshot".into()))
+        .current_snapshot()
+        .ok_or_else(|| StoreError::Corrupt("commit left no snapshot".into()))?;
+    Ok(Committed {
+        snapshot_id: snapshot.snapshot_id(),
+        data_files: data_files(snapshot),
+    })
+}
+
+/// What a `files` commit left: its snapshot, and the data files the table
+/// now has (what says whether it needs compacting).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Committed {
+    pub snapshot_id: i64,
+    pub data_files: u64,
+}
+
+fn data_files(snapshot: &iceberg::spec::Snapshot) -> u64 {
+    snapshot
+        .summary()
+        .additional_properties
+        .get("total-data-files")
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0)
 }
 
 /// Snapshots kept after an expiry, and the count that triggers one: the metadata
@@ -838,7 +1049,7 @@ async fn expire_old_snapshots(catalog: &RedbCatalog, table: &Table) {
 /// Data files a table may gather (one per append) before its rows are
 /// rewritten into one: reading a table, and committing to it, then costs the
 /// same at the 10,000th append as at the 32nd.
-const COMPACT_AT: u64 = 32;
+pub(crate) const COMPACT_AT: u64 = 32;
 
 /// Rewrites the rows of `ident` into one data file under one manifest once
 /// appends have left more than [`COMPACT_AT`] files. The rows do not change,
@@ -847,12 +1058,10 @@ const COMPACT_AT: u64 = 32;
 /// lock but not its state lock, so reads go on.
 pub(crate) async fn compact(catalog: &RedbCatalog, ident: &TableIdent) -> Result<()> {
     let table = catalog.load_table(ident).await?;
-    let files: u64 = table
+    let files = table
         .metadata()
         .current_snapshot()
-        .and_then(|s| s.summary().additional_properties.get("total-data-files"))
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(0);
+        .map_or(0, |s| data_files(s));
     if files <= COMPACT_AT {
         return Ok(());
     }

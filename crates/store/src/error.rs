@@ -50,6 +50,17 @@ pub enum StoreError {
         /// The store's budget.
         budget: u64,
     },
+    /// The commit of the group of appends this one was queued in failed (the
+    /// cause is shared by every append of the group); nothing was committed,
+    /// unless the cause is the metadata step, which the next open completes.
+    #[error(transparent)]
+    Commit(std::sync::Arc<StoreError>),
+    /// An append queued after a group whose commit failed: its blobs were
+    /// written after theirs, so it is dropped with them. Retry it.
+    #[error(
+        "the commit of the appends queued before this one failed; nothing was committed, retry it"
+    )]
+    QueueFailed,
     /// The caller abandoned the batch (its input failed); nothing was committed.
     #[error("append abandoned by its caller; nothing was committed")]
     Aborted,

@@ -241,12 +241,16 @@ impl StoreOptions {
 
 /// One open archive.
 ///
-/// Two locks, so that reads never wait for an upload: `writer` is held for a
-/// whole change (an append streaming its upload, a delete, a seal), which
-/// serializes changes; `state` only while the derived state is read or, at
-/// the end of a change, updated.
+/// Three locks, so that reads never wait for an upload and uploads do not
+/// wait for each other's commits: `writer` is held while an append streams
+/// its upload into blobs, and for a whole delete or seal; `commit` while a
+/// group of queued appends commits (see `archive.rs`); `state` only while the
+/// derived state is read or updated, never across I/O of an append. Order:
+/// `writer`, then `commit`, then `state`; an append lets go of `writer`
+/// before it takes `commit`.
 pub(crate) struct Slot {
     writer: Arc<Mutex<()>>,
+    commit: Mutex<()>,
     state: Arc<Mutex<LiveArchive>>,
     /// What one append to it may hold ([`znippy_format::Engine::memory_bound`]
     /// of its properties, which never change): taken from the budget.
@@ -254,6 +258,27 @@ pub(crate) struct Slot {
 }
 
 impl Slot {
+    /// Commits the appends queued on the archive, if any, as one group. The
+    /// caller holds the commit lock.
+    /// Returns whether the `files` table now holds enough data files to be
+    /// compacted.
+    async fn commit_queued(&self, catalog: &RedbCatalog) -> bool {
+        let Some(group) = self.state.lock().await.take_group() else {
+            return false;
+        };
+        let committed = group.commit(catalog).await;
+        let compact = matches!(&committed, Ok((c, _)) if c.data_files > archive::COMPACT_AT);
+        self.state.lock().await.apply_group(group, committed);
+        compact
+    }
+
+    /// Waits until no append is queued: what a change that is not an append
+    /// (a delete, a seal, a drop) does first, under the writer lock.
+    async fn flush(&self, catalog: &RedbCatalog) {
+        let _commit = self.commit.lock().await;
+        self.commit_queued(catalog).await;
+    }
+
     /// Compacts the archive's tables when appends have spread their rows over
     /// too many files. The change before it is committed already, so a failure
     /// here is not its failure: the next change tries again.
@@ -437,6 +462,7 @@ impl Store {
         let engine_bound = self.budget.bound(a.props).await?;
         let slot = Arc::new(Slot {
             writer: Arc::new(Mutex::new(())),
+            commit: Mutex::new(()),
             state: Arc::new(Mutex::new(a)),
             engine_bound,
         });
@@ -484,6 +510,7 @@ impl Store {
     pub async fn drop_archive(&self, id: &str) -> Result<()> {
         let slot = self.slot(id).await?;
         let _writer = slot.writer.lock().await;
+        slot.flush(&self.catalog).await;
         let mut a = slot.state.lock().await;
         if a.dropped {
             return Err(StoreError::NoArchive(id.to_string()));
@@ -503,8 +530,10 @@ impl Store {
         Ok(())
     }
 
-    /// Appends one batch of files (and metadata) as one commit. Appends to one
-    /// archive are serialized; different archives proceed in parallel.
+    /// Appends one batch of files (and metadata). Appends to one archive write
+    /// their blobs one after another and commit in groups: the appends that
+    /// queue up while a commit runs share the next one. Different archives
+    /// proceed in parallel.
     pub async fn append(
         &self,
         id: &str,
@@ -535,35 +564,54 @@ impl Store {
         let slot = self.slot(id).await?;
         let catalog = self.catalog.clone();
         let budget = self.budget.clone();
+        let changes = self.changes.clone();
         self.run_to_end(async move {
-            let _writer = slot.writer.lock().await;
-            let _memory = budget.take(slot.engine_bound).await?;
-            let pending = slot.state.lock().await.begin_append()?;
-            let written = match archive::write_blobs(pending, files).await {
-                Ok(w) => w,
-                Err(e) => {
+            let queued = {
+                let _writer = slot.writer.lock().await;
+                let _memory = budget.take(slot.engine_bound).await?;
+                let pending = slot.state.lock().await.begin_append()?;
+                let written = archive::write_blobs(pending, files).await;
+                // Metadata may come after the files (a multipart upload can
+                // carry it last); it is complete once they are.
+                let queued = match written {
+                    Ok((engine, Ok((rows, stats)))) => match meta.await {
+                        Ok(m) => slot.state.lock().await.enqueue(engine, rows, stats, m),
+                        Err(Abandoned) => Err(StoreError::Aborted),
+                    },
+                    Ok((_, Err(e))) | Err(e) => Err(e),
+                };
+                if queued.is_err() {
+                    // The queue ahead commits first: the blobs to cut off
+                    // are then this append's alone.
+                    slot.flush(&catalog).await;
                     slot.state.lock().await.abandon_append();
-                    return Err(e);
+                }
+                queued
+            }?;
+            let receipt = {
+                let _commit = slot.commit.lock().await;
+                let mut queued = queued;
+                match queued.try_recv() {
+                    // An earlier append's commit took this one along.
+                    Ok(r) => r,
+                    Err(_) => {
+                        // Each group adds a data file to each table: off the
+                        // appends' path, compact them once there are too many
+                        // (the next commit waits for it, not this one).
+                        if slot.commit_queued(&catalog).await {
+                            let (slot, catalog) = (Arc::clone(&slot), catalog.clone());
+                            changes.spawn(async move {
+                                let _commit = slot.commit.lock().await;
+                                slot.compact(&catalog).await;
+                            });
+                        }
+                        queued
+                            .await
+                            .map_err(|_| StoreError::Task("the group commit was lost".into()))?
+                    }
                 }
             };
-            let (engine, result) = written;
-            // Metadata may come after the files (a multipart upload can carry
-            // it last); it is complete once they are.
-            let result = match result {
-                Ok((rows, stats)) => meta
-                    .await
-                    .map(|m| (rows, stats, m))
-                    .map_err(|Abandoned| StoreError::Aborted),
-                Err(e) => Err(e),
-            };
-            let receipt = slot
-                .state
-                .lock()
-                .await
-                .finish_append(&catalog, engine, result)
-                .await?;
-            slot.compact(&catalog).await;
-            Ok(receipt)
+            receipt
         })
         .await
     }
@@ -575,6 +623,7 @@ impl Store {
         let path = path.to_string();
         self.run_to_end(async move {
             let _writer = slot.writer.lock().await;
+            slot.flush(&catalog).await;
             let snapshot = slot.state.lock().await.delete(&catalog, &path).await?;
             slot.compact(&catalog).await;
             Ok(snapshot)
@@ -705,6 +754,7 @@ impl Store {
     pub async fn begin_seal(&self, id: &str) -> Result<(SealGuard, SealPlan)> {
         let slot = self.slot(id).await?;
         let writer = Arc::clone(&slot.writer).lock_owned().await;
+        slot.flush(&self.catalog).await;
         let (mut plan, files) = {
             let state = slot.state.lock().await;
             if state.dropped {
