@@ -53,20 +53,20 @@ pub(crate) fn unsynced(path: &Path) -> bool {
 static RECORDING: Mutex<()> = Mutex::new(());
 
 pub(crate) fn record_file(path: &Path) -> io::Result<()> {
-    match shadow() {
-        Some(dir) => {
-            let _one = RECORDING.lock().unwrap_or_else(|e| e.into_inner());
-            keep_content(dir, path)
-        }
-        None => Ok(()),
-    }
+    recording(|shadow| keep_content(shadow, path))
 }
 
 pub(crate) fn record_dir(path: &Path) -> io::Result<()> {
+    recording(|shadow| keep_names(shadow, path))
+}
+
+/// Runs `record` on this process's record, one at a time; nothing without
+/// `ZNIPPY_POWERLOSS`.
+fn recording(record: impl FnOnce(&Path) -> io::Result<()>) -> io::Result<()> {
     match shadow() {
         Some(dir) => {
             let _one = RECORDING.lock().unwrap_or_else(|e| e.into_inner());
-            keep_names(dir, path)
+            record(dir)
         }
         None => Ok(()),
     }

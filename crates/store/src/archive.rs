@@ -621,7 +621,6 @@ impl LiveArchive {
         self.blob_end = group.end;
         self.snapshot_id = Some(snapshot_id);
         let commit_time = group.started.elapsed();
-        let mut receipts = Vec::new();
         for (q, seq) in group.appends {
             if self.apply_rows(seq, q.rows) {
                 self.dead = true;
@@ -637,22 +636,18 @@ impl LiveArchive {
                     }
                 }
             }
-            let receipt = AppendReceipt {
-                files: q.stats.files,
-                bytes: q.stats.bytes_in,
-                append_seq: seq,
-                snapshot_id,
-                blob_end: group.end,
-                commit_time,
-            };
-            receipts.push((q.done, receipt));
-        }
-        for (done, receipt) in receipts {
             let answer = match &meta_committed {
-                Ok(()) => Ok(receipt),
+                Ok(()) => Ok(AppendReceipt {
+                    files: q.stats.files,
+                    bytes: q.stats.bytes_in,
+                    append_seq: seq,
+                    snapshot_id,
+                    blob_end: group.end,
+                    commit_time,
+                }),
                 Err(e) => Err(StoreError::Commit(Arc::clone(e))),
             };
-            let _ = done.send(answer);
+            let _ = q.done.send(answer);
         }
     }
 
