@@ -53,6 +53,22 @@ pub fn sync_file_and_dir(path: &Path) -> io::Result<()> {
     sync_dir(path.parent().unwrap_or(Path::new(".")))
 }
 
+/// [`sync_file_and_dir`] for several new files: each file, then each of
+/// their directories once (a commit's manifest, manifest list and metadata
+/// file share one).
+pub fn sync_new_files(paths: &[impl AsRef<Path>]) -> io::Result<()> {
+    let mut dirs = Vec::new();
+    for path in paths {
+        let path = path.as_ref();
+        sync_all(&File::open(path)?, path)?;
+        let dir = path.parent().unwrap_or(Path::new("."));
+        if !dirs.contains(&dir) {
+            dirs.push(dir);
+        }
+    }
+    dirs.into_iter().try_for_each(sync_dir)
+}
+
 #[cfg(feature = "failpoints")]
 fn skipped(path: &Path) -> bool {
     crate::powerloss::unsynced(path)

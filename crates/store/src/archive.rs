@@ -47,6 +47,7 @@ use znippy_format::{
 use crate::catalog::{RedbCatalog, BLOB_END_KEY};
 use crate::error::{Result, StoreError};
 use crate::file::{FileReader, ScratchPool};
+use crate::maintenance;
 use crate::sidecar::Sidecar;
 use crate::tables::{self, FileRow, MetaLogRow, FILES, META};
 use crate::SealedFile;
@@ -808,8 +809,8 @@ impl LiveArchive {
         replaced
     }
 
-    /// Deletes `path` with a tombstone row, as one commit.
-    pub(crate) async fn delete(&mut self, catalog: &RedbCatalog, path: &str) -> Result<i64> {
+    /// Deletes `path` with a tombstone row, as one commit, and says what it left.
+    pub(crate) async fn delete(&mut self, catalog: &RedbCatalog, path: &str) -> Result<Committed> {
         if self.dropped {
             return Err(StoreError::NoArchive(self.id.clone()));
         }
@@ -847,8 +848,9 @@ impl LiveArchive {
         };
         let meta_tombs = meta_log_rows(facts, seq, true);
         let idents = (&self.files_ident, &self.meta_ident);
-        let (Committed { snapshot_id, .. }, pending) =
+        let (mut committed, pending) =
             commit_change(catalog, idents, seq, &[tomb], &meta_tombs, self.blob_end).await?;
+        let snapshot_id = committed.snapshot_id;
         self.live.remove(path);
         self.unnormalized.remove(path);
         self.dead = true;
@@ -856,12 +858,13 @@ impl LiveArchive {
         self.append_seq = seq;
         self.snapshot_id = Some(snapshot_id);
         if !pending.is_empty() {
-            commit_pending_meta(catalog, &self.meta_ident, pending, seq).await?;
+            committed.maintenance_due |=
+                commit_pending_meta(catalog, &self.meta_ident, pending, seq).await?;
             if let Metadata::Present(t) = &mut self.meta {
                 t.remove_path(path);
             }
         }
-        Ok(snapshot_id)
+        Ok(committed)
     }
 }
 
@@ -872,7 +875,7 @@ impl Group {
     pub(crate) async fn commit(&self, catalog: &RedbCatalog) -> Result<(Committed, Result<()>)> {
         let seq = self.appends.last().map_or(0, |(_, s)| *s);
         let idents = (&self.files_ident, &self.meta_ident);
-        let (committed, pending) = commit_change(
+        let (mut committed, pending) = commit_change(
             catalog,
             idents,
             seq,
@@ -885,13 +888,19 @@ impl Group {
             return Ok((committed, Ok(())));
         }
         let meta = async {
-            commit_pending_meta(catalog, &self.meta_ident, pending, seq).await?;
+            let due = commit_pending_meta(catalog, &self.meta_ident, pending, seq).await?;
             if self.first_meta {
                 crate::set_has_meta(catalog, self.files_ident.namespace()).await?;
             }
-            Ok(())
+            Ok(due)
         };
-        Ok((committed, meta.await))
+        Ok(match meta.await {
+            Ok(due) => {
+                committed.maintenance_due |= due;
+                (committed, Ok(()))
+            }
+            Err(e) => (committed, Err(e)),
+        })
     }
 }
 
@@ -937,17 +946,17 @@ async fn commit_change(
 
 /// Step 4 of a change: the meta rows the `files` snapshot named as pending.
 /// That snapshot is committed already; if this fails, the next open rolls
-/// the rows forward.
+/// the rows forward. Returns whether `meta` is due for maintenance.
 async fn commit_pending_meta(
     catalog: &RedbCatalog,
     meta_ident: &TableIdent,
     pending: Vec<DataFile>,
     seq: u64,
-) -> Result<()> {
+) -> Result<bool> {
     let meta_table = catalog.load_table(meta_ident).await?;
-    commit_meta(catalog, &meta_table, pending, seq).await?;
+    let committed = commit_meta(catalog, &meta_table, pending, seq).await?;
     failpoint("store.meta-committed");
-    Ok(())
+    Ok(maintenance::due(committed.metadata()))
 }
 
 fn is_dir(mode: Option<u32>) -> bool {
@@ -997,74 +1006,22 @@ async fn commit_files(
         .add_data_files(data)
         .set_snapshot_properties(props);
     let committed = action.apply(tx)?.commit(catalog).await?;
-    expire_old_snapshots(catalog, &committed).await;
     let snapshot = committed
         .metadata()
         .current_snapshot()
         .ok_or_else(|| StoreError::Corrupt("commit left no snapshot".into()))?;
     Ok(Committed {
         snapshot_id: snapshot.snapshot_id(),
-        data_files: data_files(snapshot),
+        maintenance_due: maintenance::due(committed.metadata()),
     })
 }
 
-/// What a `files` commit left: its snapshot, and the data files the table
-/// now has (what says whether it needs compacting).
+/// What a `files` commit left: its snapshot, and whether the table is due
+/// for a rewrite or an expiry (`maintenance.rs`).
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Committed {
     pub snapshot_id: i64,
-    pub data_files: u64,
-}
-
-fn data_files(snapshot: &iceberg::spec::Snapshot) -> u64 {
-    snapshot
-        .summary()
-        .additional_properties
-        .get("total-data-files")
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(0)
-}
-
-/// Snapshots kept after an expiry, and the count that triggers one: the metadata
-/// file then stays bounded however many appends an archive takes.
-const KEEP_SNAPSHOTS: usize = 16;
-const EXPIRE_AT: usize = 2 * KEEP_SNAPSHOTS;
-
-/// Drops old snapshots once there are too many. The append it follows is
-/// already committed, so a failure here only postpones the cleanup to the next
-/// commit; it is not the append's failure.
-async fn expire_old_snapshots(catalog: &RedbCatalog, table: &Table) {
-    if table.metadata().snapshots().count() > EXPIRE_AT {
-        let _ = catalog
-            .expire_snapshots(table.identifier(), KEEP_SNAPSHOTS)
-            .await;
-    }
-}
-
-/// Data files a table may gather (one per append) before its rows are
-/// rewritten into one: reading a table, and committing to it, then costs the
-/// same at the 10,000th append as at the 32nd.
-pub(crate) const COMPACT_AT: u64 = 32;
-
-/// Rewrites the rows of `ident` into one data file under one manifest once
-/// appends have left more than [`COMPACT_AT`] files. The rows do not change,
-/// so readers see the same table; a crash leaves it as it was (plus orphan
-/// files). Runs after a change has committed, under the archive's writer
-/// lock but not its state lock, so reads go on.
-pub(crate) async fn compact(catalog: &RedbCatalog, ident: &TableIdent) -> Result<()> {
-    let table = catalog.load_table(ident).await?;
-    let files = table
-        .metadata()
-        .current_snapshot()
-        .map_or(0, |s| data_files(s));
-    if files <= COMPACT_AT {
-        return Ok(());
-    }
-    let rows = tables::scan_all(&table).await?;
-    let data = tables::write_batches(&table, rows).await?;
-    catalog.replace_data_files(&table, data).await?;
-    expire_old_snapshots(catalog, &catalog.load_table(ident).await?).await;
-    Ok(())
+    pub maintenance_due: bool,
 }
 
 async fn commit_meta(
@@ -1080,9 +1037,7 @@ async fn commit_meta(
         .with_check_duplicate(false)
         .add_data_files(files)
         .set_snapshot_properties(props);
-    let committed = action.apply(tx)?.commit(catalog).await?;
-    expire_old_snapshots(catalog, &committed).await;
-    Ok(committed)
+    Ok(action.apply(tx)?.commit(catalog).await?)
 }
 
 /// Commits the meta data files a `files` snapshot named but whose own commit

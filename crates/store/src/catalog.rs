@@ -12,25 +12,28 @@
 //! After every swap the table's `metadata/version-hint.text` is rewritten
 //! atomically, so DuckDB's `iceberg_scan('<table dir>')` finds the current
 //! version without a catalog.
+//!
+//! A metadata file never changes once written and its name is unique, so the
+//! catalog keeps each table's current metadata parsed, keyed by its location:
+//! loading a table reads the pointer from redb every time, and parses the
+//! file only when the pointer has moved to one it has not seen (a commit
+//! through this catalog hands its metadata over as it swaps).
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::str::FromStr;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
 use iceberg::io::FileIO;
-use iceberg::spec::{
-    DataFile, ManifestList, ManifestListWriter, ManifestWriterBuilder, Operation, Snapshot,
-    Summary, TableMetadata, TableMetadataBuilder, MAIN_BRANCH,
-};
+use iceberg::spec::{Manifest, ManifestFile, ManifestList, TableMetadata, TableMetadataBuilder};
 use iceberg::table::Table;
 use iceberg::{
     Catalog, Error, ErrorKind, MetadataLocation, Namespace, NamespaceIdent, Result, TableCommit,
     TableCreation, TableIdent,
 };
 use redb::{Database, ReadableTable, TableDefinition};
-use znippy_format::durable::{sync_dir, sync_file_and_dir};
+use znippy_format::durable::{sync_dir, sync_file_and_dir, sync_new_files};
 
 use crate::db_file::DbFile;
 
@@ -53,6 +56,15 @@ fn table_key(t: &TableIdent) -> String {
     format!("{}{SEP}{SEP}{}", ns_key(t.namespace()), t.name())
 }
 
+/// Manifests [`RedbCatalog::manifest`] keeps at most.
+const MANIFESTS_CACHED: usize = 1024;
+
+/// The caches hold copies of immutable files: a panic elsewhere cannot leave
+/// one wrong, only stale, and every use checks what it asks for.
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
 fn db_err(e: impl std::fmt::Display) -> Error {
     Error::new(ErrorKind::Unexpected, format!("catalog database: {e}"))
 }
@@ -68,6 +80,12 @@ pub struct RedbCatalog {
     db: Arc<Database>,
     warehouse: PathBuf,
     file_io: FileIO,
+    /// Per table key: the metadata location last seen, parsed.
+    parsed: Arc<Mutex<HashMap<String, (String, TableMetadata)>>>,
+    /// Manifests read by maintenance, by path (as immutable as metadata
+    /// files): a rewrite reads the manifests it replaces, and the expiry
+    /// that later deletes them reads them again.
+    manifests: Arc<Mutex<HashMap<String, Arc<Manifest>>>>,
 }
 
 impl RedbCatalog {
@@ -93,7 +111,58 @@ impl RedbCatalog {
             db: Arc::new(db),
             warehouse: std::fs::canonicalize(warehouse).map_err(db_err)?,
             file_io: FileIO::new_with_fs(),
+            parsed: Arc::default(),
+            manifests: Arc::default(),
         })
+    }
+
+    /// The manifest `m` names, parsed once while it is in use.
+    pub(crate) async fn manifest(&self, m: &ManifestFile) -> Result<Arc<Manifest>> {
+        let cached = lock(&self.manifests).get(&m.manifest_path).cloned();
+        if let Some(manifest) = cached {
+            return Ok(manifest);
+        }
+        let manifest = Arc::new(m.load_manifest(&self.file_io).await?);
+        let mut cache = lock(&self.manifests);
+        // Rewrites come every few dozen commits and read a few dozen
+        // manifests: more than this many means the expiry that would have
+        // evicted them failed.
+        if cache.len() >= MANIFESTS_CACHED {
+            cache.clear();
+        }
+        cache.insert(m.manifest_path.clone(), Arc::clone(&manifest));
+        Ok(manifest)
+    }
+
+    /// Forgets manifests that were deleted.
+    pub(crate) fn forget_manifests<'a>(&self, paths: impl Iterator<Item = &'a String>) {
+        let mut cache = lock(&self.manifests);
+        for p in paths {
+            cache.remove(p);
+        }
+    }
+
+    /// The metadata file at `location`, parsed once per location.
+    async fn metadata_at(&self, ident: &TableIdent, location: &str) -> Result<TableMetadata> {
+        let key = table_key(ident);
+        if let Some((at, m)) = self.parsed_cache().get(&key) {
+            if at == location {
+                return Ok(m.clone());
+            }
+        }
+        let metadata = TableMetadata::read_from(&self.file_io, location).await?;
+        self.remember(ident, location, &metadata);
+        Ok(metadata)
+    }
+
+    /// Records that `ident`'s pointer now names `location`, holding `metadata`.
+    fn remember(&self, ident: &TableIdent, location: &str, metadata: &TableMetadata) {
+        self.parsed_cache()
+            .insert(table_key(ident), (location.to_string(), metadata.clone()));
+    }
+
+    fn parsed_cache(&self) -> std::sync::MutexGuard<'_, HashMap<String, (String, TableMetadata)>> {
+        lock(&self.parsed)
     }
 
     /// The FileIO tables of this catalog use.
@@ -163,7 +232,7 @@ impl RedbCatalog {
 
     /// Makes the new metadata file and every manifest and manifest list the new
     /// snapshot added durable before the pointer moves to it.
-    async fn sync_commit(&self, metadata: &TableMetadata, location: &str) -> Result<()> {
+    pub(crate) async fn sync_commit(&self, metadata: &TableMetadata, location: &str) -> Result<()> {
         let mut paths = vec![local_path(location)];
         if let Some(snap) = metadata.current_snapshot() {
             paths.push(local_path(snap.manifest_list()));
@@ -175,206 +244,17 @@ impl RedbCatalog {
                 }
             }
         }
-        blocking(move || {
-            for p in paths {
-                sync_file_and_dir(&p).map_err(|e| db_err(format!("fsync {}: {e}", p.display())))?;
-            }
-            Ok(())
-        })
-        .await
+        blocking(move || sync_new_files(&paths).map_err(|e| db_err(format!("fsync: {e}")))).await
     }
 
-    /// Every file the snapshots `ids` reach: manifest lists, manifests, data
-    /// files. Manifests shared between snapshots are read once.
-    async fn reachable(&self, metadata: &TableMetadata, ids: &[i64]) -> Result<HashSet<String>> {
-        let mut files = HashSet::new();
-        for id in ids {
-            let Some(snap) = metadata.snapshot_by_id(*id) else {
-                continue;
-            };
-            if !files.insert(snap.manifest_list().to_string()) {
-                continue;
-            }
-            let bytes = self.file_io.new_input(snap.manifest_list())?.read().await?;
-            let list = ManifestList::parse_with_version(&bytes, metadata.format_version())?;
-            for m in list.entries() {
-                if files.insert(m.manifest_path.clone()) {
-                    for e in m.load_manifest(&self.file_io).await?.entries() {
-                        files.insert(e.data_file().file_path().to_string());
-                    }
-                }
-            }
-        }
-        Ok(files)
-    }
-
-    /// Drops every snapshot but the newest `keep`, as one commit through the same
-    /// compare-and-swap, then deletes the files only the dropped snapshots
-    /// reached (data files and manifests that compaction replaced, manifest
-    /// lists). Keeps the metadata file, and the table's directory, from growing
-    /// with every append.
-    pub async fn expire_snapshots(&self, ident: &TableIdent, keep: usize) -> Result<()> {
-        let table = self.load_table(ident).await?;
-        let old = table.metadata_location_result()?.to_string();
-        let metadata = table.metadata();
-        let current = metadata.current_snapshot_id();
-        let mut snaps: Vec<_> = metadata.snapshots().collect();
-        snaps.sort_by_key(|s| s.sequence_number());
-        let drop: Vec<i64> = snaps
-            .iter()
-            .rev()
-            .skip(keep.max(1))
-            .map(|s| s.snapshot_id())
-            .filter(|id| Some(*id) != current)
-            .collect();
-        if drop.is_empty() {
-            return Ok(());
-        }
-        let built = metadata
-            .clone()
-            .into_builder(Some(old.clone()))
-            .remove_snapshots(&drop)
-            .build()?
-            .metadata;
-        let next = MetadataLocation::from_str(&old)?
-            .with_next_version()
-            .with_new_metadata(&built);
-        built.write_to(&self.file_io, &next).await?;
-        let next = next.to_string();
-        sync_file_and_dir(&local_path(&next)).map_err(db_err)?;
-        let kept: Vec<i64> = built.snapshots().map(|s| s.snapshot_id()).collect();
-        let (gone, live) = (
-            self.reachable(metadata, &drop).await?,
-            self.reachable(&built, &kept).await?,
-        );
-        self.swap(ident, &old, &next, None).await?;
-        // Only after the swap: until then the old snapshots may still be read.
-        // A file left behind by a crash here costs space, never correctness.
-        let root = format!("{}/", metadata.location());
-        let mut doomed: Vec<PathBuf> = gone
-            .difference(&live)
-            .filter(|p| p.starts_with(&root))
-            .map(|p| local_path(p))
-            .collect();
-        // Metadata files the new version's log no longer names (the log keeps
-        // the last `write.metadata.previous-versions-max`, 100 by default).
-        let logged: HashSet<PathBuf> = built
-            .metadata_log()
-            .iter()
-            .map(|m| local_path(&m.metadata_file))
-            .chain([local_path(&next)])
-            .collect();
-        let dir = local_path(&next).parent().map(Path::to_path_buf);
-        if let Some(Ok(entries)) = dir.map(std::fs::read_dir) {
-            doomed.extend(
-                entries
-                    .filter_map(|e| e.ok().map(|e| e.path()))
-                    .filter(|p| p.to_string_lossy().ends_with(".metadata.json"))
-                    .filter(|p| !logged.contains(p)),
-            );
-        }
-        blocking(move || {
-            for p in doomed {
-                match std::fs::remove_file(&p) {
-                    Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
-                        return Err(db_err(format!("removing {}: {e}", p.display())))
-                    }
-                    _ => {}
-                }
-            }
-            Ok(())
-        })
-        .await
-    }
-
-    /// Commits a snapshot whose one manifest lists exactly `data`, which must
-    /// hold the same rows as the current snapshot's data files: the table reads
-    /// the same, but from one manifest and `data.len()` files instead of one
-    /// of each per append, so scans and appends stop growing with the number
-    /// of appends. The summary properties (blob end, append number) carry over.
-    pub async fn replace_data_files(&self, table: &Table, data: Vec<DataFile>) -> Result<()> {
-        let metadata = table.metadata();
-        let old = table.metadata_location_result()?.to_string();
-        let Some(current) = metadata.current_snapshot() else {
-            return Ok(());
-        };
-        let snapshot_id = loop {
-            let id = (uuid::Uuid::now_v7().as_u64_pair().1 & i64::MAX as u64) as i64;
-            if id != 0 && metadata.snapshot_by_id(id).is_none() {
-                break id;
-            }
-        };
-        let seq = metadata.next_sequence_number();
-        let dir = format!("{}/metadata", metadata.location());
-        let tag = uuid::Uuid::now_v7();
-        let manifest_out = self.file_io.new_output(format!("{dir}/{tag}-m0.avro"))?;
-        let mut manifest = ManifestWriterBuilder::new(
-            manifest_out,
-            Some(snapshot_id),
-            metadata.current_schema().clone(),
-            metadata.default_partition_spec().as_ref().clone(),
-        )
-        .build_v2_data();
-        let (mut files, mut rows) = (0u64, 0u64);
-        for f in data {
-            files += 1;
-            rows += f.record_count();
-            manifest.add_file(f, seq)?;
-        }
-        let manifest = manifest.write_manifest_file().await?;
-        let list_path = format!("{dir}/snap-{snapshot_id}-0-{tag}.avro");
-        let mut list = ManifestListWriter::v2(
-            self.file_io.new_output(&list_path)?.writer().await?,
-            snapshot_id,
-            Some(current.snapshot_id()),
-            seq,
-        );
-        list.add_manifests(std::iter::once(manifest))?;
-        list.close().await?;
-        let mut props = current.summary().additional_properties.clone();
-        props.insert("total-data-files".into(), files.to_string());
-        props.insert("total-records".into(), rows.to_string());
-        let snapshot = Snapshot::builder()
-            .with_snapshot_id(snapshot_id)
-            .with_parent_snapshot_id(Some(current.snapshot_id()))
-            .with_sequence_number(seq)
-            .with_timestamp_ms(now_ms())
-            .with_manifest_list(list_path)
-            .with_summary(Summary {
-                operation: Operation::Replace,
-                additional_properties: props,
-            })
-            .with_schema_id(metadata.current_schema_id())
-            .build();
-        let built = metadata
-            .clone()
-            .into_builder(Some(old.clone()))
-            .set_branch_snapshot(snapshot, MAIN_BRANCH)?
-            .build()?
-            .metadata;
-        let next = MetadataLocation::from_str(&old)?
-            .with_next_version()
-            .with_new_metadata(&built);
-        built.write_to(&self.file_io, &next).await?;
-        let next = next.to_string();
-        self.sync_commit(&built, &next).await?;
-        let end = blob_end_of(&built);
-        self.swap(
-            table.identifier(),
-            &old,
-            &next,
-            blob_end_of(metadata).zip(end),
-        )
-        .await
-    }
-
-    /// Moves a table's pointer from `old` to `new` if it still is `old`.
-    /// `blob_end` (old, new) refuses a commit that would move the blob end back.
-    async fn swap(
+    /// Moves a table's pointer from `old` to `new` (whose file holds
+    /// `metadata`) if it still is `old`. `blob_end` (old, new) refuses a
+    /// commit that would move the blob end back.
+    pub(crate) async fn swap(
         &self,
         ident: &TableIdent,
         old: &str,
-        new: &str,
+        (new, metadata): (&str, &TableMetadata),
         blob_end: Option<(u64, u64)>,
     ) -> Result<()> {
         // Every commit's next metadata file is written and synced by now.
@@ -421,6 +301,7 @@ impl RedbCatalog {
             tx.commit().map_err(db_err)
         })
         .await?;
+        self.remember(ident, new, metadata);
         // The pointer is the truth; the hint only helps outside readers.
         let _ = Self::write_version_hint(new);
         Ok(())
@@ -452,12 +333,6 @@ impl RedbCatalog {
         })
         .await
     }
-}
-
-fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as i64)
 }
 
 fn blob_end_of(metadata: &TableMetadata) -> Option<u64> {
@@ -658,11 +533,12 @@ impl Catalog for RedbCatalog {
 
     async fn load_table(&self, ident: &TableIdent) -> Result<Table> {
         let location = self.metadata_location(ident).await?;
-        let metadata = TableMetadata::read_from(&self.file_io, &location).await?;
+        let metadata = self.metadata_at(ident, &location).await?;
         self.table(ident.clone(), metadata, location)
     }
 
     async fn drop_table(&self, ident: &TableIdent) -> Result<()> {
+        self.parsed_cache().remove(&table_key(ident));
         let key = table_key(ident);
         let db = Arc::clone(&self.db);
         let name = ident.to_string();
@@ -704,6 +580,7 @@ impl Catalog for RedbCatalog {
             ));
         }
         let (from, to) = (table_key(src), table_key(dest));
+        self.parsed_cache().remove(&from);
         let db = Arc::clone(&self.db);
         let (sname, dname) = (src.to_string(), dest.to_string());
         blocking(move || {
@@ -767,7 +644,8 @@ impl Catalog for RedbCatalog {
             .await?;
         self.sync_commit(staged.metadata(), &new).await?;
         let after = blob_end_of(staged.metadata());
-        self.swap(&ident, &old, &new, before.zip(after)).await?;
+        self.swap(&ident, &old, (&new, staged.metadata()), before.zip(after))
+            .await?;
         Ok(staged)
     }
 }

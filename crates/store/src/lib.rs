@@ -29,8 +29,10 @@
 //!
 //! Modules:
 //!
-//! - `archive.rs`: one live archive's derived state, and the append, delete and
-//!   compaction protocol with its recovery.
+//! - `archive.rs`: one live archive's derived state, and the append and delete
+//!   protocol with its recovery.
+//! - `maintenance.rs`: rewrites and expiry, which keep the tables small off
+//!   the appends' path.
 //! - `tables.rs`: the `files` and `meta` tables: schemas, rows to Arrow and back,
 //!   writing data files.
 //! - `catalog.rs`: [`RedbCatalog`], an Iceberg catalog whose table pointers live
@@ -48,6 +50,7 @@ mod catalog;
 mod db_file;
 mod error;
 mod file;
+mod maintenance;
 mod sidecar;
 mod tables;
 
@@ -244,12 +247,16 @@ impl StoreOptions {
 /// Three locks, so that reads never wait for an upload and uploads do not
 /// wait for each other's commits: `writer` is held while an append streams
 /// its upload into blobs, and for a whole delete or seal; `commit` while a
-/// group of queued appends commits (see `archive.rs`); `state` only while the
-/// derived state is read or updated, never across I/O of an append. Order:
-/// `writer`, then `commit`, then `state`; an append lets go of `writer`
+/// group of queued appends commits (see `archive.rs`), and for the final
+/// commit of a rewrite or an expiry; `state` only while the derived state is
+/// read or updated, never across I/O of an append. `maintenance` is held by
+/// the one task that keeps the tables small (`maintenance.rs`), and by a
+/// drop, which must not remove the tables under it. Order: `writer`, then
+/// `maintenance`, then `commit`, then `state`; an append lets go of `writer`
 /// before it takes `commit`.
 pub(crate) struct Slot {
     writer: Arc<Mutex<()>>,
+    maintenance: Arc<Mutex<()>>,
     commit: Mutex<()>,
     state: Arc<Mutex<LiveArchive>>,
     /// What one append to it may hold ([`znippy_format::Engine::memory_bound`]
@@ -259,17 +266,16 @@ pub(crate) struct Slot {
 
 impl Slot {
     /// Commits the appends queued on the archive, if any, as one group. The
-    /// caller holds the commit lock.
-    /// Returns whether the `files` table now holds enough data files to be
-    /// compacted.
+    /// caller holds the commit lock. Returns whether the tables are due for
+    /// maintenance.
     async fn commit_queued(&self, catalog: &RedbCatalog) -> bool {
         let Some(group) = self.state.lock().await.take_group() else {
             return false;
         };
         let committed = group.commit(catalog).await;
-        let compact = matches!(&committed, Ok((c, _)) if c.data_files > archive::COMPACT_AT);
+        let due = matches!(&committed, Ok((c, _)) if c.maintenance_due);
         self.state.lock().await.apply_group(group, committed);
-        compact
+        due
     }
 
     /// Waits until no append is queued: what a change that is not an append
@@ -279,19 +285,32 @@ impl Slot {
         self.commit_queued(catalog).await;
     }
 
-    /// Compacts the archive's tables when appends have spread their rows over
-    /// too many files. The change before it is committed already, so a failure
-    /// here is not its failure: the next change tries again.
-    async fn compact(&self, catalog: &RedbCatalog) {
-        let idents = {
-            let s = self.state.lock().await;
-            [s.files_ident.clone(), s.meta_ident.clone()]
+    /// Starts keeping the archive's tables small on a task of `changes`,
+    /// unless that task is running already. The change before it is
+    /// committed, so a failure there is not its failure: a later change
+    /// starts it again.
+    fn maintain(self: &Arc<Self>, catalog: &RedbCatalog, changes: &TaskTracker) {
+        let Ok(running) = Arc::clone(&self.maintenance).try_lock_owned() else {
+            return;
         };
-        for ident in &idents {
-            if let Err(e) = archive::compact(catalog, ident).await {
-                tracing::warn!("compacting {ident} failed (retried on the next change): {e}");
+        let (slot, catalog) = (Arc::clone(self), catalog.clone());
+        changes.spawn(async move {
+            let _running = running;
+            let idents = {
+                let s = slot.state.lock().await;
+                if s.dropped {
+                    return;
+                }
+                [s.files_ident.clone(), s.meta_ident.clone()]
+            };
+            for ident in &idents {
+                if let Err(e) = maintenance::maintain(&catalog, ident, &slot.commit).await {
+                    tracing::warn!(
+                        "maintaining {ident} failed (retried after a later change): {e}"
+                    );
+                }
             }
-        }
+        });
     }
 }
 
@@ -462,6 +481,7 @@ impl Store {
         let engine_bound = self.budget.bound(a.props).await?;
         let slot = Arc::new(Slot {
             writer: Arc::new(Mutex::new(())),
+            maintenance: Arc::default(),
             commit: Mutex::new(()),
             state: Arc::new(Mutex::new(a)),
             engine_bound,
@@ -511,6 +531,7 @@ impl Store {
         let slot = self.slot(id).await?;
         let _writer = slot.writer.lock().await;
         slot.flush(&self.catalog).await;
+        let _maintenance = slot.maintenance.lock().await;
         let mut a = slot.state.lock().await;
         if a.dropped {
             return Err(StoreError::NoArchive(id.to_string()));
@@ -595,15 +616,8 @@ impl Store {
                     // An earlier append's commit took this one along.
                     Ok(r) => r,
                     Err(_) => {
-                        // Each group adds a data file to each table: off the
-                        // appends' path, compact them once there are too many
-                        // (the next commit waits for it, not this one).
                         if slot.commit_queued(&catalog).await {
-                            let (slot, catalog) = (Arc::clone(&slot), catalog.clone());
-                            changes.spawn(async move {
-                                let _commit = slot.commit.lock().await;
-                                slot.compact(&catalog).await;
-                            });
+                            slot.maintain(&catalog, &changes);
                         }
                         queued
                             .await
@@ -620,13 +634,16 @@ impl Store {
     pub async fn delete_file(&self, id: &str, path: &str) -> Result<i64> {
         let slot = self.slot(id).await?;
         let catalog = self.catalog.clone();
+        let changes = self.changes.clone();
         let path = path.to_string();
         self.run_to_end(async move {
             let _writer = slot.writer.lock().await;
             slot.flush(&catalog).await;
-            let snapshot = slot.state.lock().await.delete(&catalog, &path).await?;
-            slot.compact(&catalog).await;
-            Ok(snapshot)
+            let committed = slot.state.lock().await.delete(&catalog, &path).await?;
+            if committed.maintenance_due {
+                slot.maintain(&catalog, &changes);
+            }
+            Ok(committed.snapshot_id)
         })
         .await
     }

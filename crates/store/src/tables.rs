@@ -299,11 +299,8 @@ pub async fn write_batches(table: &Table, batches: Vec<RecordBatch>) -> Result<V
     let files = writer.close().await?;
     let paths: Vec<_> = files.iter().map(|f| local_path(f.file_path())).collect();
     tokio::task::spawn_blocking(move || {
-        for p in paths {
-            znippy_format::durable::sync_file_and_dir(&p)
-                .map_err(|e| StoreError::io(format!("fsync {}", p.display()), e))?;
-        }
-        Ok::<_, StoreError>(())
+        znippy_format::durable::sync_new_files(&paths)
+            .map_err(|e| StoreError::io("fsync of new data files", e))
     })
     .await
     .map_err(|e| StoreError::Task(format!("fsync: {e}")))??;

@@ -1,0 +1,742 @@
+//! Keeping a live archive's tables small: rewrites and expiry.
+//!
+//! Every group commit adds a data file, a manifest and a snapshot to a table.
+//! Left alone, each commit would write a manifest list naming every manifest
+//! so far and a metadata file naming every snapshot, and each scan would open
+//! every data file. Two jobs bound that, on a task of their own:
+//!
+//! - **Rewrite**, once a table holds more than [`COMPACT_AT`] data files: the
+//!   small data files of the current snapshot are read and written again as
+//!   one, and a `replace` snapshot names that file, the data files left as
+//!   they were, and every manifest committed since the choice was made.
+//!   Small is size-tiered: a file stays when it holds more than [`TIER`]
+//!   times the rows of all smaller files together, so the files that stay
+//!   grow geometrically, a table keeps O(log rows) of them, and a row is
+//!   rewritten O(log rows) times over the archive's life, not once per
+//!   [`COMPACT_AT`] appends.
+//! - **Expiry**, once a table holds more than [`EXPIRE_AT`] snapshots: every
+//!   snapshot but the newest [`KEEP_SNAPSHOTS`] is dropped, and the files only
+//!   they reached are deleted.
+//!
+//! Reading and writing rows happen without the archive's commit lock; only
+//! the final commit of each job (a manifest list, a metadata file, a pointer
+//! swap) takes it, so an append waits for one small commit at most, never
+//! for a rewrite. The rows never change, so readers see the same table
+//! throughout, and a crash leaves the table as it was plus orphan files.
+
+use std::collections::{HashMap, HashSet};
+use std::path::{Path, PathBuf};
+use std::str::FromStr;
+
+use arrow_array::RecordBatch;
+use futures::TryStreamExt;
+use iceberg::arrow::ArrowReaderBuilder;
+use iceberg::scan::FileScanTask;
+use iceberg::spec::{
+    DataFile, ManifestContentType, ManifestEntry, ManifestFile, ManifestList, ManifestListWriter,
+    ManifestWriterBuilder, Operation, Snapshot, Summary, TableMetadata, MAIN_BRANCH,
+};
+use iceberg::table::Table;
+use iceberg::{Catalog, Error, ErrorKind, MetadataLocation, TableIdent};
+use tokio::sync::Mutex;
+
+use crate::catalog::{local_path, RedbCatalog};
+use crate::error::Result;
+use crate::tables;
+
+/// Data files a table may gather (one per group commit) before a rewrite.
+pub(crate) const COMPACT_AT: u64 = 32;
+/// How much larger than everything smaller a data file must be to stay.
+const TIER: u64 = 4;
+/// Snapshots kept after an expiry.
+pub(crate) const KEEP_SNAPSHOTS: usize = 16;
+/// Snapshots that trigger an expiry.
+pub(crate) const EXPIRE_AT: usize = 2 * KEEP_SNAPSHOTS;
+
+/// The data files a table's current snapshot holds (from its summary).
+pub(crate) fn data_files(metadata: &TableMetadata) -> u64 {
+    metadata
+        .current_snapshot()
+        .and_then(|s| s.summary().additional_properties.get("total-data-files"))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0)
+}
+
+/// Whether a table is due for a rewrite or an expiry.
+pub(crate) fn due(metadata: &TableMetadata) -> bool {
+    data_files(metadata) > COMPACT_AT || metadata.snapshots().count() > EXPIRE_AT
+}
+
+/// Runs what is due on `ident`. `commit` is the archive's commit lock, held
+/// only for each job's final commit.
+pub(crate) async fn maintain(
+    catalog: &RedbCatalog,
+    ident: &TableIdent,
+    commit: &Mutex<()>,
+) -> Result<()> {
+    let table = catalog.load_table(ident).await?;
+    if data_files(table.metadata()) > COMPACT_AT {
+        if let Some(rewrite) = catalog.plan_rewrite(&table).await? {
+            let rows = rewrite.read(&table).await?;
+            let merged = tables::write_batches(&table, rows).await?;
+            let written: Vec<PathBuf> = merged.iter().map(|f| local_path(f.file_path())).collect();
+            let committed = {
+                let _commit = commit.lock().await;
+                let current = catalog.load_table(ident).await?;
+                catalog.commit_rewrite(&current, rewrite, merged).await
+            };
+            if let Err(e) = committed {
+                // Nothing names the merged files: they would only take space.
+                let _ = remove(written).await;
+                return Err(e);
+            }
+        }
+    }
+    let table = catalog.load_table(ident).await?;
+    if table.metadata().snapshots().count() > EXPIRE_AT {
+        if let Some(expiry) = catalog.plan_expiry(&table, KEEP_SNAPSHOTS).await? {
+            let garbage = {
+                let _commit = commit.lock().await;
+                let current = catalog.load_table(ident).await?;
+                catalog.commit_expiry(&current, expiry).await?
+            };
+            remove(garbage).await?;
+        }
+    }
+    Ok(())
+}
+
+/// Which of the files with these row counts a rewrite merges: all but the
+/// largest ones that each hold more than [`TIER`] times the rows of every
+/// smaller file together. Nothing when fewer than two would merge.
+fn choose(rows: &[u64]) -> Vec<bool> {
+    let mut order: Vec<usize> = (0..rows.len()).collect();
+    order.sort_by_key(|&i| std::cmp::Reverse(rows[i]));
+    let mut smaller: u64 = rows.iter().sum();
+    let mut merge = vec![true; rows.len()];
+    for &i in &order {
+        smaller -= rows[i];
+        if rows[i] <= TIER.saturating_mul(smaller) {
+            break;
+        }
+        merge[i] = false;
+    }
+    if merge.iter().filter(|&&m| m).count() < 2 {
+        merge.fill(false);
+    }
+    merge
+}
+
+/// A rewrite chosen on one snapshot and committed on whatever the table has
+/// become since, as long as that still holds the snapshot's manifests.
+pub(crate) struct Rewrite {
+    /// The manifests of the snapshot it was chosen on, which it replaces.
+    replaced: HashSet<String>,
+    /// Data files that stay, listed again as existing entries.
+    keep: Vec<ManifestEntry>,
+    /// Data files whose rows are merged into new ones.
+    merge: Vec<DataFile>,
+}
+
+impl Rewrite {
+    /// The rows of the files to merge, in the table's current schema.
+    async fn read(&self, table: &Table) -> Result<Vec<RecordBatch>> {
+        let schema = table.metadata().current_schema().clone();
+        let fields: Vec<i32> = schema.as_struct().fields().iter().map(|f| f.id).collect();
+        let tasks: Vec<_> = self
+            .merge
+            .iter()
+            .map(|f| {
+                Ok(FileScanTask::builder()
+                    .with_file_size_in_bytes(f.file_size_in_bytes())
+                    .with_start(0)
+                    .with_length(f.file_size_in_bytes())
+                    .with_record_count(Some(f.record_count()))
+                    .with_data_file_path(f.file_path().to_string())
+                    .with_data_file_format(f.file_format())
+                    .with_schema(schema.clone())
+                    .with_project_field_ids(fields.clone())
+                    .with_partition(Some(f.partition().clone()))
+                    .with_case_sensitive(true)
+                    .build())
+            })
+            .collect();
+        let reader =
+            ArrowReaderBuilder::new(table.file_io().clone(), iceberg::Runtime::current()).build();
+        let tasks = Box::pin(futures::stream::iter(tasks));
+        Ok(reader.read(tasks)?.stream().try_collect().await?)
+    }
+}
+
+impl RedbCatalog {
+    /// Chooses what a rewrite of `table`'s current snapshot merges, if
+    /// anything.
+    pub(crate) async fn plan_rewrite(&self, table: &Table) -> Result<Option<Rewrite>> {
+        let metadata = table.metadata();
+        let Some(snap) = metadata.current_snapshot() else {
+            return Ok(None);
+        };
+        let list = self.manifest_list(metadata, snap).await?;
+        let mut entries = Vec::new();
+        for m in list.entries() {
+            if m.content != ManifestContentType::Data {
+                // The tables never hold delete files; a table that does is
+                // someone else's to rewrite.
+                return Ok(None);
+            }
+            for e in self.manifest(m).await?.entries() {
+                if e.is_alive() {
+                    entries.push(existing(e, m));
+                }
+            }
+        }
+        let rows: Vec<u64> = entries.iter().map(|e| e.data_file.record_count()).collect();
+        let chosen = choose(&rows);
+        if !chosen.contains(&true) {
+            return Ok(None);
+        }
+        let (merge, keep): (Vec<_>, Vec<_>) = entries
+            .into_iter()
+            .zip(chosen)
+            .partition(|(_, merged)| *merged);
+        Ok(Some(Rewrite {
+            replaced: list
+                .entries()
+                .iter()
+                .map(|m| m.manifest_path.clone())
+                .collect(),
+            keep: keep.into_iter().map(|(e, _)| e).collect(),
+            merge: merge.into_iter().map(|(e, _)| e.data_file).collect(),
+        }))
+    }
+
+    /// Commits `rewrite` on `table` (its current state, read under the commit
+    /// lock): one manifest names `merged` and the kept files, followed by
+    /// the manifests committed since the rewrite was planned.
+    pub(crate) async fn commit_rewrite(
+        &self,
+        table: &Table,
+        rewrite: Rewrite,
+        merged: Vec<DataFile>,
+    ) -> Result<()> {
+        let metadata = table.metadata();
+        let old = table.metadata_location_result()?.to_string();
+        let Some(current) = metadata.current_snapshot() else {
+            return Ok(());
+        };
+        let list = self.manifest_list(metadata, current).await?;
+        let present = list
+            .entries()
+            .iter()
+            .filter(|m| rewrite.replaced.contains(&m.manifest_path))
+            .count();
+        if present != rewrite.replaced.len() {
+            return Err(Error::new(
+                ErrorKind::CatalogCommitConflicts,
+                format!(
+                    "{}: the snapshot a rewrite was planned on was replaced",
+                    table.identifier()
+                ),
+            )
+            .into());
+        }
+        let since: Vec<ManifestFile> = list
+            .entries()
+            .iter()
+            .filter(|m| !rewrite.replaced.contains(&m.manifest_path))
+            .cloned()
+            .collect();
+        let snapshot_id = loop {
+            let id = (uuid::Uuid::now_v7().as_u64_pair().1 & i64::MAX as u64) as i64;
+            if id != 0 && metadata.snapshot_by_id(id).is_none() {
+                break id;
+            }
+        };
+        let seq = metadata.next_sequence_number();
+        let dir = format!("{}/metadata", metadata.location());
+        let tag = uuid::Uuid::now_v7();
+        let mut manifest = ManifestWriterBuilder::new(
+            self.file_io().new_output(format!("{dir}/{tag}-m0.avro"))?,
+            Some(snapshot_id),
+            metadata.current_schema().clone(),
+            metadata.default_partition_spec().as_ref().clone(),
+        )
+        .build_v2_data();
+        let (mut files, mut rows) = (0u64, 0u64);
+        for f in merged {
+            files += 1;
+            rows += f.record_count();
+            manifest.add_file(f, seq)?;
+        }
+        for e in rewrite.keep {
+            files += 1;
+            rows += e.data_file.record_count();
+            let (id, data_seq, file_seq) = (
+                e.snapshot_id.unwrap_or(snapshot_id),
+                e.sequence_number.unwrap_or(seq),
+                e.file_sequence_number,
+            );
+            manifest.add_existing_file(e.data_file, id, data_seq, file_seq)?;
+        }
+        for m in &since {
+            files += u64::from(m.added_files_count.unwrap_or(0))
+                + u64::from(m.existing_files_count.unwrap_or(0));
+            rows += m.added_rows_count.unwrap_or(0) + m.existing_rows_count.unwrap_or(0);
+        }
+        let manifest = manifest.write_manifest_file().await?;
+        let list_path = format!("{dir}/snap-{snapshot_id}-0-{tag}.avro");
+        let mut writer = ManifestListWriter::v2(
+            self.file_io().new_output(&list_path)?.writer().await?,
+            snapshot_id,
+            Some(current.snapshot_id()),
+            seq,
+        );
+        writer.add_manifests(std::iter::once(manifest).chain(since))?;
+        writer.close().await?;
+        let mut props = current.summary().additional_properties.clone();
+        props.insert("total-data-files".into(), files.to_string());
+        props.insert("total-records".into(), rows.to_string());
+        let snapshot = Snapshot::builder()
+            .with_snapshot_id(snapshot_id)
+            .with_parent_snapshot_id(Some(current.snapshot_id()))
+            .with_sequence_number(seq)
+            .with_timestamp_ms(now_ms())
+            .with_manifest_list(list_path)
+            .with_summary(Summary {
+                operation: Operation::Replace,
+                additional_properties: props,
+            })
+            .with_schema_id(metadata.current_schema_id())
+            .build();
+        let built = metadata
+            .clone()
+            .into_builder(Some(old.clone()))
+            .set_branch_snapshot(snapshot, MAIN_BRANCH)?
+            .build()?
+            .metadata;
+        let next = MetadataLocation::from_str(&old)?
+            .with_next_version()
+            .with_new_metadata(&built);
+        built.write_to(self.file_io(), &next).await?;
+        let next = next.to_string();
+        self.sync_commit(&built, &next).await?;
+        // A rewrite keeps the blob end: the same rows, the same blobs.
+        self.swap(table.identifier(), &old, (&next, &built), None)
+            .await?;
+        Ok(())
+    }
+
+    /// Drops every snapshot but the newest `keep`, then deletes the files only
+    /// the dropped snapshots reached (manifest lists; manifests and data
+    /// files a rewrite replaced). Keeps the metadata file, and the table's
+    /// directory, from growing with every append.
+    pub async fn expire_snapshots(&self, ident: &TableIdent, keep: usize) -> iceberg::Result<()> {
+        let table = self.load_table(ident).await?;
+        match self.plan_expiry(&table, keep).await? {
+            Some(expiry) => remove(self.commit_expiry(&table, expiry).await?).await,
+            None => Ok(()),
+        }
+    }
+
+    /// Chooses the snapshots an expiry drops and the files it then deletes:
+    /// what only those snapshots reach. Commits that come later add
+    /// snapshots reaching the current manifests and their own, never one of
+    /// these files, so the choice holds for the table they leave.
+    pub(crate) async fn plan_expiry(
+        &self,
+        table: &Table,
+        keep: usize,
+    ) -> iceberg::Result<Option<Expiry>> {
+        let metadata = table.metadata();
+        let current = metadata.current_snapshot_id();
+        let mut snaps: Vec<_> = metadata.snapshots().collect();
+        snaps.sort_by_key(|s| s.sequence_number());
+        let (mut drop, mut kept) = (Vec::new(), Vec::new());
+        for (i, s) in snaps.iter().rev().enumerate() {
+            let id = s.snapshot_id();
+            if i >= keep.max(1) && Some(id) != current {
+                drop.push(id);
+            } else {
+                kept.push(id);
+            }
+        }
+        if drop.is_empty() {
+            return Ok(None);
+        }
+        let (gone, live) = (
+            self.reach(metadata, &drop).await?,
+            self.reach(metadata, &kept).await?,
+        );
+        let mut doomed: HashSet<&String> = gone.lists.difference(&live.lists).collect();
+        let dead: Vec<&ManifestFile> = gone
+            .manifests
+            .iter()
+            .filter(|(path, _)| !live.manifests.contains_key(*path))
+            .map(|(_, m)| m)
+            .collect();
+        // Only a rewrite leaves manifests no kept snapshot reaches, and only
+        // then can data files have fallen out of the table: read manifests
+        // for that case alone. A data file is in two manifests only when a
+        // rewrite kept it, listing it as existing, so of the live manifests
+        // only those with existing files matter.
+        let (gone_data, live_data) = if dead.is_empty() {
+            Default::default()
+        } else {
+            let rewritten = live
+                .manifests
+                .values()
+                .filter(|m| m.existing_files_count.unwrap_or(1) > 0);
+            (
+                self.data_files_of(dead.iter().copied()).await?,
+                self.data_files_of(rewritten).await?,
+            )
+        };
+        self.forget_manifests(dead.iter().map(|m| &m.manifest_path));
+        doomed.extend(dead.iter().map(|m| &m.manifest_path));
+        doomed.extend(gone_data.difference(&live_data));
+        let root = format!("{}/", metadata.location());
+        let doomed = doomed
+            .into_iter()
+            .filter(|p| p.starts_with(&root))
+            .map(|p| local_path(p))
+            .collect();
+        Ok(Some(Expiry { drop, doomed }))
+    }
+
+    /// Commits `expiry` on `table` (its current state, read under the
+    /// commit lock). Returns the files to delete once the commit lock is
+    /// released: the expiry's, and the metadata files the new version's log
+    /// no longer names.
+    pub(crate) async fn commit_expiry(
+        &self,
+        table: &Table,
+        expiry: Expiry,
+    ) -> iceberg::Result<Vec<PathBuf>> {
+        let metadata = table.metadata();
+        let old = table.metadata_location_result()?.to_string();
+        let built = metadata
+            .clone()
+            .into_builder(Some(old.clone()))
+            .remove_snapshots(&expiry.drop)
+            .build()?
+            .metadata;
+        let next = MetadataLocation::from_str(&old)?
+            .with_next_version()
+            .with_new_metadata(&built);
+        built.write_to(self.file_io(), &next).await?;
+        let next = next.to_string();
+        self.sync_commit(&built, &next).await?;
+        self.swap(table.identifier(), &old, (&next, &built), None)
+            .await?;
+        let mut doomed = expiry.doomed;
+        // The log keeps the last `write.metadata.previous-versions-max`.
+        let logged: HashSet<PathBuf> = built
+            .metadata_log()
+            .iter()
+            .map(|m| local_path(&m.metadata_file))
+            .chain([local_path(&next)])
+            .collect();
+        let dir = local_path(&next).parent().map(Path::to_path_buf);
+        if let Some(Ok(entries)) = dir.map(std::fs::read_dir) {
+            doomed.extend(
+                entries
+                    .filter_map(|e| e.ok().map(|e| e.path()))
+                    .filter(|p| p.to_string_lossy().ends_with(".metadata.json"))
+                    .filter(|p| !logged.contains(p)),
+            );
+        }
+        Ok(doomed)
+    }
+
+    async fn manifest_list(
+        &self,
+        metadata: &TableMetadata,
+        snap: &Snapshot,
+    ) -> iceberg::Result<ManifestList> {
+        let bytes = self
+            .file_io()
+            .new_input(snap.manifest_list())?
+            .read()
+            .await?;
+        ManifestList::parse_with_version(&bytes, metadata.format_version())
+    }
+
+    /// The manifest lists and manifests the snapshots `ids` reach.
+    async fn reach(&self, metadata: &TableMetadata, ids: &[i64]) -> iceberg::Result<Reach> {
+        let mut reach = Reach::default();
+        for id in ids {
+            let Some(snap) = metadata.snapshot_by_id(*id) else {
+                continue;
+            };
+            if reach.lists.insert(snap.manifest_list().to_string()) {
+                let list = self.manifest_list(metadata, snap).await?;
+                reach.manifests.extend(
+                    list.entries()
+                        .iter()
+                        .map(|m| (m.manifest_path.clone(), m.clone())),
+                );
+            }
+        }
+        Ok(reach)
+    }
+
+    /// The data files `manifests` list.
+    async fn data_files_of(
+        &self,
+        manifests: impl Iterator<Item = &ManifestFile>,
+    ) -> iceberg::Result<HashSet<String>> {
+        let mut files = HashSet::new();
+        for m in manifests {
+            let manifest = self.manifest(m).await?;
+            files.extend(
+                manifest
+                    .entries()
+                    .iter()
+                    .map(|e| e.data_file().file_path().to_string()),
+            );
+        }
+        Ok(files)
+    }
+}
+
+/// An expiry chosen on one state of a table: the snapshots it drops and the
+/// files only they reach.
+pub(crate) struct Expiry {
+    drop: Vec<i64>,
+    doomed: Vec<PathBuf>,
+}
+
+#[derive(Default)]
+struct Reach {
+    lists: HashSet<String>,
+    manifests: HashMap<String, ManifestFile>,
+}
+
+/// Deletes what an expiry left behind. Only after its swap: until then the
+/// old snapshots may still be read. A file a crash leaves behind costs
+/// space, never correctness.
+async fn remove(paths: Vec<PathBuf>) -> iceberg::Result<()> {
+    tokio::task::spawn_blocking(move || {
+        for p in paths {
+            match std::fs::remove_file(&p) {
+                Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                    return Err(Error::new(
+                        ErrorKind::Unexpected,
+                        format!("removing {}: {e}", p.display()),
+                    ))
+                }
+                _ => {}
+            }
+        }
+        Ok(())
+    })
+    .await
+    .map_err(|e| Error::new(ErrorKind::Unexpected, format!("expiry task failed: {e}")))?
+}
+
+/// `e` as an existing entry, with what it inherits from its manifest filled in.
+fn existing(e: &ManifestEntry, m: &ManifestFile) -> ManifestEntry {
+    let mut e = e.clone();
+    e.snapshot_id = e.snapshot_id.or(Some(m.added_snapshot_id));
+    e.sequence_number = e.sequence_number.or(Some(m.sequence_number));
+    e.file_sequence_number = e.file_sequence_number.or(Some(m.sequence_number));
+    e
+}
+
+fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Arc;
+
+    use arrow_array::{Array, Int64Array};
+    use iceberg::spec::{NestedField, PrimitiveType, Schema, Type};
+    use iceberg::transaction::{ApplyTransactionAction, Transaction};
+    use iceberg::{NamespaceIdent, TableCreation};
+
+    async fn append(c: &RedbCatalog, ident: &TableIdent, values: &[i64]) {
+        let table = c.load_table(ident).await.unwrap();
+        let batch =
+            RecordBatch::try_from_iter([("n", Arc::new(Int64Array::from(values.to_vec())) as _)])
+                .unwrap();
+        let files = tables::write_data_file(&table, batch).await.unwrap();
+        let tx = Transaction::new(&table);
+        let action = tx.fast_append().add_data_files(files);
+        action.apply(tx).unwrap().commit(c).await.unwrap();
+    }
+
+    async fn values(c: &RedbCatalog, ident: &TableIdent) -> Vec<i64> {
+        let table = c.load_table(ident).await.unwrap();
+        let mut out: Vec<i64> = tables::scan_all(&table)
+            .await
+            .unwrap()
+            .iter()
+            .flat_map(|b| {
+                let col = b.column(0).as_any().downcast_ref::<Int64Array>().unwrap();
+                (0..col.len()).map(|i| col.value(i)).collect::<Vec<_>>()
+            })
+            .collect();
+        out.sort();
+        out
+    }
+
+    async fn rewrite(c: &RedbCatalog, ident: &TableIdent) -> (Rewrite, Vec<DataFile>) {
+        let table = c.load_table(ident).await.unwrap();
+        let rewrite = c.plan_rewrite(&table).await.unwrap().unwrap();
+        let rows = rewrite.read(&table).await.unwrap();
+        (rewrite, tables::write_batches(&table, rows).await.unwrap())
+    }
+
+    /// A rewrite reads and writes without the commit lock, so appends commit
+    /// while it runs: its snapshot must keep them, and one planned on a
+    /// state that another rewrite has replaced must be refused.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_rewrite_keeps_the_commits_made_while_it_ran() {
+        let tmp = tempfile::tempdir().unwrap();
+        let c = RedbCatalog::open(&tmp.path().join("c.redb"), &tmp.path().join("w"))
+            .await
+            .unwrap();
+        let ns = NamespaceIdent::new("a".into());
+        c.create_namespace(&ns, Default::default()).await.unwrap();
+        let schema = Schema::builder()
+            .with_fields([
+                NestedField::required(1, "n", Type::Primitive(PrimitiveType::Long)).into(),
+            ])
+            .build()
+            .unwrap();
+        let creation = TableCreation::builder()
+            .name("t".into())
+            .schema(schema)
+            .build();
+        c.create_table(&ns, creation).await.unwrap();
+        let ident = TableIdent::new(ns, "t".into());
+        for i in 0..6 {
+            append(&c, &ident, &[i]).await;
+        }
+        let (planned, merged) = rewrite(&c, &ident).await;
+        append(&c, &ident, &[100]).await;
+        append(&c, &ident, &[101, 102]).await;
+        let current = c.load_table(&ident).await.unwrap();
+        c.commit_rewrite(&current, planned, merged).await.unwrap();
+
+        let want = vec![0, 1, 2, 3, 4, 5, 100, 101, 102];
+        assert_eq!(values(&c, &ident).await, want);
+        let table = c.load_table(&ident).await.unwrap();
+        assert_eq!(
+            data_files(table.metadata()),
+            3,
+            "one merged file, two carried over"
+        );
+        let snap = table.metadata().current_snapshot().unwrap();
+        let list = c.manifest_list(table.metadata(), snap).await.unwrap();
+        assert_eq!(list.entries().len(), 3);
+
+        // Two rewrites planned on the same state: the second to commit lost.
+        let (first, first_files) = rewrite(&c, &ident).await;
+        let (second, second_files) = rewrite(&c, &ident).await;
+        let current = c.load_table(&ident).await.unwrap();
+        c.commit_rewrite(&current, first, first_files)
+            .await
+            .unwrap();
+        let current = c.load_table(&ident).await.unwrap();
+        let err = c
+            .commit_rewrite(&current, second, second_files)
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(&err, crate::StoreError::Iceberg(e) if e.kind() == ErrorKind::CatalogCommitConflicts),
+            "{err}"
+        );
+        assert_eq!(values(&c, &ident).await, want);
+
+        // Expiry deletes the data files the rewrites replaced, and only those.
+        c.expire_snapshots(&ident, 1).await.unwrap();
+        assert_eq!(values(&c, &ident).await, want);
+        let on_disk = std::fs::read_dir(tmp.path().join("w/a/t/data"))
+            .unwrap()
+            .filter(|e| {
+                e.as_ref()
+                    .unwrap()
+                    .path()
+                    .extension()
+                    .is_some_and(|x| x == "parquet")
+            })
+            .count();
+        // The live file, and the losing rewrite's orphan.
+        assert_eq!(on_disk, 2);
+    }
+
+    fn merged(rows: &[u64]) -> Vec<u64> {
+        rows.iter()
+            .zip(choose(rows))
+            .filter(|(_, m)| *m)
+            .map(|(r, _)| *r)
+            .collect()
+    }
+
+    #[test]
+    fn equal_files_all_merge() {
+        assert_eq!(merged(&[1; 33]).len(), 33);
+    }
+
+    #[test]
+    fn a_file_much_larger_than_the_rest_stays() {
+        let mut rows = vec![1u64; 32];
+        rows.push(1000);
+        assert_eq!(merged(&rows), vec![1; 32]);
+        // Two tiers: each large file is more than four times all below it.
+        let mut rows = vec![2u64; 20];
+        rows.extend([200, 5000]);
+        assert_eq!(merged(&rows), vec![2; 20]);
+    }
+
+    #[test]
+    fn a_large_file_merges_once_the_small_ones_catch_up() {
+        let mut rows = vec![1u64; 32];
+        rows.push(100);
+        assert_eq!(merged(&rows).len(), 33);
+    }
+
+    #[test]
+    fn one_small_file_is_not_a_rewrite() {
+        assert!(merged(&[1000, 1]).is_empty());
+        assert!(merged(&[]).is_empty());
+    }
+
+    /// Over many rewrites the files that stay grow geometrically: the table
+    /// keeps few files and rewrites each row a few times, not every time.
+    #[test]
+    fn rewrites_over_a_long_life_stay_logarithmic() {
+        let (mut files, mut rewritten, mut total) = (Vec::<u64>::new(), 0u64, 0u64);
+        for _ in 0..2000 {
+            files.extend([1; 33]);
+            total += 33;
+            let chosen = choose(&files);
+            let sum: u64 = files
+                .iter()
+                .zip(&chosen)
+                .filter(|(_, m)| **m)
+                .map(|(r, _)| r)
+                .sum();
+            rewritten += sum;
+            files = files
+                .iter()
+                .zip(&chosen)
+                .filter(|(_, m)| !**m)
+                .map(|(r, _)| *r)
+                .collect();
+            files.push(sum);
+            assert!(files.len() <= 12, "{} files", files.len());
+        }
+        // 66,000 rows: a full rewrite every time would copy ~66 M rows.
+        assert!(
+            rewritten < 20 * total,
+            "{rewritten} rows rewritten for {total}"
+        );
+    }
+}
