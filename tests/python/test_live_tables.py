@@ -202,3 +202,24 @@ def test_kind_and_link_target_columns(con, tmp_path):
     rows = current_table(store, "files").scan(
         selected_fields=("relative_path", "kind", "link_target")).to_arrow().to_pylist()
     assert {(r["relative_path"], r["kind"], r["link_target"]) for r in rows} == want
+
+
+def test_readers_after_rewrites_and_expiry(con, tmp_path):
+    """70 appends: the tables have been rewritten (size-tiered, the manifests
+    committed meanwhile carried over) and their snapshots expired, and DuckDB
+    and pyiceberg still read exactly the live files and facts."""
+    store = tmp_path / "store"
+    znippy(store, "create", ID, "--with-meta")
+    for i in range(70):
+        # Every fifth append replaces an earlier path.
+        path = f"f{i - 3}.txt" if i % 5 == 4 else f"f{i}.txt"
+        append(store, tmp_path / f"b{i}", {path: f"{i}\n".encode() * (i + 1)}, [f"{path}=n={i}"])
+    live, meta = check_readers(con, store)
+    assert len(live) == 70 - 70 // 5
+    assert ("f0.txt", "n", "i64", "0") in meta
+    files = current_table(store, "files")
+    data_files = len(list(files.scan().plan_files()))
+    assert data_files <= 33, f"{data_files} data files after 70 appends"
+    assert len(files.metadata.snapshots) <= 33
+    ops = {s.summary.operation.value for s in files.metadata.snapshots}
+    assert "replace" in ops, ops

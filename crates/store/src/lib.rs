@@ -16,7 +16,8 @@
 //! Any Iceberg reader (DuckDB, Spark, pyiceberg) sees them live.
 //!
 //! Appends go through the container's engine (the same workers, packing and
-//! dedupe as `znippy compress`) and commit one snapshot each; reads go through
+//! dedupe as `znippy compress`) and commit in groups, one snapshot for the
+//! appends that queued while the previous one committed; reads go through
 //! an in-memory lookup derived from the tables and touch only the sidecar. The
 //! commit protocol and its recovery are in `archive.rs`.
 //!

@@ -5,7 +5,7 @@
 //! so far and a metadata file naming every snapshot, and each scan would open
 //! every data file. Two jobs bound that, on a task of their own:
 //!
-//! - **Rewrite**, once a table holds more than [`COMPACT_AT`] data files: the
+//! - **Rewrite**, once a table holds more than [`REWRITE_AT`] data files: the
 //!   small data files of the current snapshot are read and written again as
 //!   one, and a `replace` snapshot names that file, the data files left as
 //!   they were, and every manifest committed since the choice was made.
@@ -13,7 +13,7 @@
 //!   times the rows of all smaller files together, so the files that stay
 //!   grow geometrically, a table keeps O(log rows) of them, and a row is
 //!   rewritten O(log rows) times over the archive's life, not once per
-//!   [`COMPACT_AT`] appends.
+//!   [`REWRITE_AT`] appends.
 //! - **Expiry**, once a table holds more than [`EXPIRE_AT`] snapshots: every
 //!   snapshot but the newest [`KEEP_SNAPSHOTS`] is dropped, and the files only
 //!   they reached are deleted.
@@ -45,7 +45,7 @@ use crate::error::Result;
 use crate::tables;
 
 /// Data files a table may gather (one per group commit) before a rewrite.
-pub(crate) const COMPACT_AT: u64 = 32;
+pub(crate) const REWRITE_AT: u64 = 32;
 /// How much larger than everything smaller a data file must be to stay.
 const TIER: u64 = 4;
 /// Snapshots kept after an expiry.
@@ -64,7 +64,7 @@ pub(crate) fn data_files(metadata: &TableMetadata) -> u64 {
 
 /// Whether a table is due for a rewrite or an expiry.
 pub(crate) fn due(metadata: &TableMetadata) -> bool {
-    data_files(metadata) > COMPACT_AT || metadata.snapshots().count() > EXPIRE_AT
+    data_files(metadata) > REWRITE_AT || metadata.snapshots().count() > EXPIRE_AT
 }
 
 /// Runs what is due on `ident`. `commit` is the archive's commit lock, held
@@ -75,7 +75,7 @@ pub(crate) async fn maintain(
     commit: &Mutex<()>,
 ) -> Result<()> {
     let table = catalog.load_table(ident).await?;
-    if data_files(table.metadata()) > COMPACT_AT {
+    if data_files(table.metadata()) > REWRITE_AT {
         if let Some(rewrite) = catalog.plan_rewrite(&table).await? {
             let rows = rewrite.read(&table).await?;
             let merged = tables::write_batches(&table, rows).await?;

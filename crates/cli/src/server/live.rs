@@ -73,7 +73,9 @@ pub fn seal(data: PathBuf, id: &str, output: Option<&std::path::Path>) -> Result
         let store = Store::open(&data, 1)
             .await
             .with_context(|| format!("opening the store in {}", data.display()))?;
-        let r = znippy_seal::seal(&store, id).await?;
+        let r = znippy_seal::seal(&store, id).await;
+        store.close().await;
+        let r = r?;
         if let Some(out) = output {
             std::fs::copy(&r.path, out).with_context(|| format!("copying to {}", out.display()))?;
         }
@@ -100,6 +102,7 @@ pub fn run(data: PathBuf, threads: usize, cmd: LiveCmd) -> Result<std::process::
         let store = Store::open(&data, threads)
             .await
             .with_context(|| format!("opening the store in {}", data.display()))?;
+        let result: Result<std::process::ExitCode> = async {
         // Not a StdoutLock: that is not Send, and `read_file` needs a Send writer.
         let mut out = BufWriter::new(std::io::stdout());
         match cmd {
@@ -175,5 +178,11 @@ pub fn run(data: PathBuf, threads: usize, cmd: LiveCmd) -> Result<std::process::
         }
         out.flush()?;
         Ok(std::process::ExitCode::SUCCESS)
+        }
+        .await;
+        // A commit may have started keeping the tables small: let it finish
+        // rather than cut it off with the runtime.
+        store.close().await;
+        result
     })
 }
