@@ -145,7 +145,7 @@ impl RedbCatalog {
     /// The metadata file at `location`, parsed once per location.
     async fn metadata_at(&self, ident: &TableIdent, location: &str) -> Result<TableMetadata> {
         let key = table_key(ident);
-        if let Some((at, m)) = self.parsed_cache().get(&key) {
+        if let Some((at, m)) = lock(&self.parsed).get(&key) {
             if at == location {
                 return Ok(m.clone());
             }
@@ -157,12 +157,7 @@ impl RedbCatalog {
 
     /// Records that `ident`'s pointer now names `location`, holding `metadata`.
     fn remember(&self, ident: &TableIdent, location: &str, metadata: &TableMetadata) {
-        self.parsed_cache()
-            .insert(table_key(ident), (location.to_string(), metadata.clone()));
-    }
-
-    fn parsed_cache(&self) -> std::sync::MutexGuard<'_, HashMap<String, (String, TableMetadata)>> {
-        lock(&self.parsed)
+        lock(&self.parsed).insert(table_key(ident), (location.to_string(), metadata.clone()));
     }
 
     /// The FileIO tables of this catalog use.
@@ -232,7 +227,7 @@ impl RedbCatalog {
 
     /// Makes the new metadata file and every manifest and manifest list the new
     /// snapshot added durable before the pointer moves to it.
-    pub(crate) async fn sync_commit(&self, metadata: &TableMetadata, location: &str) -> Result<()> {
+    async fn sync_commit(&self, metadata: &TableMetadata, location: &str) -> Result<()> {
         let mut paths = vec![local_path(location)];
         if let Some(snap) = metadata.current_snapshot() {
             paths.push(local_path(snap.manifest_list()));
@@ -247,10 +242,34 @@ impl RedbCatalog {
         blocking(move || sync_new_files(&paths).map_err(|e| db_err(format!("fsync: {e}")))).await
     }
 
+    /// Writes `built` as the metadata version after `table`'s, makes it and
+    /// `written` (the new files it names) durable, and moves the pointer to
+    /// it: the commit of what the catalog builds by hand (rewrites, expiry),
+    /// which keep the blob end as it is. Returns the new metadata location.
+    pub(crate) async fn publish(
+        &self,
+        table: &Table,
+        built: &TableMetadata,
+        mut written: Vec<PathBuf>,
+    ) -> Result<String> {
+        let old = table.metadata_location_result()?;
+        let next = MetadataLocation::from_str(old)?
+            .with_next_version()
+            .with_new_metadata(built);
+        built.write_to(&self.file_io, &next).await?;
+        let next = next.to_string();
+        written.push(local_path(&next));
+        blocking(move || sync_new_files(&written).map_err(|e| db_err(format!("fsync: {e}"))))
+            .await?;
+        self.swap(table.identifier(), old, (&next, built), None)
+            .await?;
+        Ok(next)
+    }
+
     /// Moves a table's pointer from `old` to `new` (whose file holds
     /// `metadata`) if it still is `old`. `blob_end` (old, new) refuses a
     /// commit that would move the blob end back.
-    pub(crate) async fn swap(
+    async fn swap(
         &self,
         ident: &TableIdent,
         old: &str,
@@ -538,7 +557,7 @@ impl Catalog for RedbCatalog {
     }
 
     async fn drop_table(&self, ident: &TableIdent) -> Result<()> {
-        self.parsed_cache().remove(&table_key(ident));
+        lock(&self.parsed).remove(&table_key(ident));
         let key = table_key(ident);
         let db = Arc::clone(&self.db);
         let name = ident.to_string();
@@ -580,7 +599,7 @@ impl Catalog for RedbCatalog {
             ));
         }
         let (from, to) = (table_key(src), table_key(dest));
-        self.parsed_cache().remove(&from);
+        lock(&self.parsed).remove(&from);
         let db = Arc::clone(&self.db);
         let (sname, dname) = (src.to_string(), dest.to_string());
         blocking(move || {

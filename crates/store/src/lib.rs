@@ -245,7 +245,7 @@ impl StoreOptions {
 
 /// One open archive.
 ///
-/// Three locks, so that reads never wait for an upload and uploads do not
+/// Four locks, so that reads never wait for an upload and uploads do not
 /// wait for each other's commits: `writer` is held while an append streams
 /// its upload into blobs, and for a whole delete or seal; `commit` while a
 /// group of queued appends commits (see `archive.rs`), and for the final

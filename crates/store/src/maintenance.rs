@@ -26,7 +26,6 @@
 
 use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
-use std::str::FromStr;
 
 use arrow_array::RecordBatch;
 use futures::TryStreamExt;
@@ -37,7 +36,7 @@ use iceberg::spec::{
     ManifestWriterBuilder, Operation, Snapshot, Summary, TableMetadata, MAIN_BRANCH,
 };
 use iceberg::table::Table;
-use iceberg::{Catalog, Error, ErrorKind, MetadataLocation, TableIdent};
+use iceberg::{Catalog, Error, ErrorKind, TableIdent};
 use tokio::sync::Mutex;
 
 use crate::catalog::{local_path, RedbCatalog};
@@ -284,6 +283,7 @@ impl RedbCatalog {
             rows += m.added_rows_count.unwrap_or(0) + m.existing_rows_count.unwrap_or(0);
         }
         let manifest = manifest.write_manifest_file().await?;
+        let written = vec![local_path(&manifest.manifest_path)];
         let list_path = format!("{dir}/snap-{snapshot_id}-0-{tag}.avro");
         let mut writer = ManifestListWriter::v2(
             self.file_io().new_output(&list_path)?.writer().await?,
@@ -293,6 +293,7 @@ impl RedbCatalog {
         );
         writer.add_manifests(std::iter::once(manifest).chain(since))?;
         writer.close().await?;
+        let written = [written, vec![local_path(&list_path)]].concat();
         let mut props = current.summary().additional_properties.clone();
         props.insert("total-data-files".into(), files.to_string());
         props.insert("total-records".into(), rows.to_string());
@@ -310,19 +311,11 @@ impl RedbCatalog {
             .build();
         let built = metadata
             .clone()
-            .into_builder(Some(old.clone()))
+            .into_builder(Some(old))
             .set_branch_snapshot(snapshot, MAIN_BRANCH)?
             .build()?
             .metadata;
-        let next = MetadataLocation::from_str(&old)?
-            .with_next_version()
-            .with_new_metadata(&built);
-        built.write_to(self.file_io(), &next).await?;
-        let next = next.to_string();
-        self.sync_commit(&built, &next).await?;
-        // A rewrite keeps the blob end: the same rows, the same blobs.
-        self.swap(table.identifier(), &old, (&next, &built), None)
-            .await?;
+        self.publish(table, &built, written).await?;
         Ok(())
     }
 
@@ -416,18 +409,11 @@ impl RedbCatalog {
         let old = table.metadata_location_result()?.to_string();
         let built = metadata
             .clone()
-            .into_builder(Some(old.clone()))
+            .into_builder(Some(old))
             .remove_snapshots(&expiry.drop)
             .build()?
             .metadata;
-        let next = MetadataLocation::from_str(&old)?
-            .with_next_version()
-            .with_new_metadata(&built);
-        built.write_to(self.file_io(), &next).await?;
-        let next = next.to_string();
-        self.sync_commit(&built, &next).await?;
-        self.swap(table.identifier(), &old, (&next, &built), None)
-            .await?;
+        let next = self.publish(table, &built, Vec::new()).await?;
         let mut doomed = expiry.doomed;
         // The log keeps the last `write.metadata.previous-versions-max`.
         let logged: HashSet<PathBuf> = built

@@ -102,87 +102,96 @@ pub fn run(data: PathBuf, threads: usize, cmd: LiveCmd) -> Result<std::process::
         let store = Store::open(&data, threads)
             .await
             .with_context(|| format!("opening the store in {}", data.display()))?;
-        let result: Result<std::process::ExitCode> = async {
-        // Not a StdoutLock: that is not Send, and `read_file` needs a Send writer.
-        let mut out = BufWriter::new(std::io::stdout());
-        match cmd {
-            LiveCmd::Create {
-                id,
-                chunk_size,
-                pack_threshold,
-                level,
-                with_meta,
-            } => {
-                let props = ArchiveProps {
-                    chunk_size,
-                    pack_threshold,
-                    level,
-                };
-                store.create(&id, CreateOptions { props, with_meta }).await?;
-                writeln!(out, "created {id}")?;
-            }
-            LiveCmd::Archives => {
-                for id in store.list().await? {
-                    writeln!(out, "{id}")?;
-                }
-            }
-            LiveCmd::Info { id } => {
-                let i = store.info(&id).await?;
-                writeln!(out, "id {}\nstate {:?}\nfiles {}\nbytes_in {}\nbytes_stored {}\nappends {}\nsnapshot {}\nmetadata {}",
-                    i.id, i.state, i.files, i.bytes_in, i.bytes_stored, i.appends,
-                    i.snapshot_id.map_or("-".into(), |s| s.to_string()), i.with_meta)?;
-            }
-            LiveCmd::Append {
-                id,
-                inputs,
-                meta,
-                meta_archive,
-            } => {
-                let set = meta_args::table(&meta, &meta_archive)?;
-                let scan = gather(&inputs, ScanOptions::default())?;
-                for s in &scan.skipped {
-                    eprintln!("znippy: skipped {}: {}", s.disk_path.display(), s.reason);
-                }
-                let files = scan.files.iter().map(|f| f.input()).collect();
-                let r = store.append(&id, files, set).await?;
-                writeln!(
-                    out,
-                    "appended {} files, {} bytes: append {} snapshot {} blob_end {}",
-                    r.files, r.bytes, r.append_seq, r.snapshot_id, r.blob_end
-                )?;
-            }
-            LiveCmd::Ls { id, prefix } => {
-                for e in store.list_files(&id, &prefix).await? {
-                    writeln!(out, "{:>12} {}", e.size, e.path)?;
-                }
-            }
-            LiveCmd::Get { id, path } => {
-                // Streamed slice by slice (each verified before it is written),
-                // never held whole: the file may be larger than memory.
-                store.read_file(&id, &path, &mut out).await?;
-            }
-            LiveCmd::Rm { id, path } => {
-                store.delete_file(&id, &path).await?;
-                writeln!(out, "deleted {path}")?;
-            }
-            LiveCmd::Meta { id, key } => match store.meta_by_key(&id, &key).await? {
-                MetaSearch::NoSection => return Ok(std::process::ExitCode::from(2)),
-                MetaSearch::NoMatch => return Ok(std::process::ExitCode::from(1)),
-                MetaSearch::Hits(rows) => {
-                    for r in rows {
-                        let path = r.path.as_deref().unwrap_or("-");
-                        writeln!(out, "{path}\t{}\t{}\t{}", r.key, r.value.type_name(), r.value)?;
-                    }
-                }
-            },
-        }
-        out.flush()?;
-        Ok(std::process::ExitCode::SUCCESS)
-        }
-        .await;
+        let result = command(&store, cmd).await;
         // A commit may have started keeping the tables small: let it finish
         // rather than cut it off with the runtime.
         store.close().await;
         result
     })
+}
+
+async fn command(store: &Store, cmd: LiveCmd) -> Result<std::process::ExitCode> {
+    // Not a StdoutLock: that is not Send, and `read_file` needs a Send writer.
+    let mut out = BufWriter::new(std::io::stdout());
+    match cmd {
+        LiveCmd::Create {
+            id,
+            chunk_size,
+            pack_threshold,
+            level,
+            with_meta,
+        } => {
+            let props = ArchiveProps {
+                chunk_size,
+                pack_threshold,
+                level,
+            };
+            store
+                .create(&id, CreateOptions { props, with_meta })
+                .await?;
+            writeln!(out, "created {id}")?;
+        }
+        LiveCmd::Archives => {
+            for id in store.list().await? {
+                writeln!(out, "{id}")?;
+            }
+        }
+        LiveCmd::Info { id } => {
+            let i = store.info(&id).await?;
+            writeln!(out, "id {}\nstate {:?}\nfiles {}\nbytes_in {}\nbytes_stored {}\nappends {}\nsnapshot {}\nmetadata {}",
+                    i.id, i.state, i.files, i.bytes_in, i.bytes_stored, i.appends,
+                    i.snapshot_id.map_or("-".into(), |s| s.to_string()), i.with_meta)?;
+        }
+        LiveCmd::Append {
+            id,
+            inputs,
+            meta,
+            meta_archive,
+        } => {
+            let set = meta_args::table(&meta, &meta_archive)?;
+            let scan = gather(&inputs, ScanOptions::default())?;
+            for s in &scan.skipped {
+                eprintln!("znippy: skipped {}: {}", s.disk_path.display(), s.reason);
+            }
+            let files = scan.files.iter().map(|f| f.input()).collect();
+            let r = store.append(&id, files, set).await?;
+            writeln!(
+                out,
+                "appended {} files, {} bytes: append {} snapshot {} blob_end {}",
+                r.files, r.bytes, r.append_seq, r.snapshot_id, r.blob_end
+            )?;
+        }
+        LiveCmd::Ls { id, prefix } => {
+            for e in store.list_files(&id, &prefix).await? {
+                writeln!(out, "{:>12} {}", e.size, e.path)?;
+            }
+        }
+        LiveCmd::Get { id, path } => {
+            // Streamed slice by slice (each verified before it is written),
+            // never held whole: the file may be larger than memory.
+            store.read_file(&id, &path, &mut out).await?;
+        }
+        LiveCmd::Rm { id, path } => {
+            store.delete_file(&id, &path).await?;
+            writeln!(out, "deleted {path}")?;
+        }
+        LiveCmd::Meta { id, key } => match store.meta_by_key(&id, &key).await? {
+            MetaSearch::NoSection => return Ok(std::process::ExitCode::from(2)),
+            MetaSearch::NoMatch => return Ok(std::process::ExitCode::from(1)),
+            MetaSearch::Hits(rows) => {
+                for r in rows {
+                    let path = r.path.as_deref().unwrap_or("-");
+                    writeln!(
+                        out,
+                        "{path}\t{}\t{}\t{}",
+                        r.key,
+                        r.value.type_name(),
+                        r.value
+                    )?;
+                }
+            }
+        },
+    }
+    out.flush()?;
+    Ok(std::process::ExitCode::SUCCESS)
 }
