@@ -224,6 +224,10 @@ pub struct LiveArchive {
     engine_stale: bool,
     /// Appends whose blobs are synced, waiting for their group commit.
     queue: Vec<Queued>,
+    /// A group taken from the queue is committing: its blobs, like the
+    /// queue's, lie past `blob_end`, so the engine must not be rebuilt from
+    /// the committed state nor the sidecar cut back until it is applied.
+    committing: bool,
     /// A group commit failed: the blobs past the committed end (and the
     /// engine that wrote them) are to be dropped before the next append.
     broken: bool,
@@ -402,6 +406,7 @@ impl LiveArchive {
             engine: None,
             engine_stale: false,
             queue: Vec::new(),
+            committing: false,
             broken: false,
             threads,
         };
@@ -480,6 +485,19 @@ impl LiveArchive {
         FileReader::new(path, file.rows.clone(), region, src, scratches)
     }
 
+    /// Whether nothing is queued or committing: then the committed state is
+    /// the whole state, and the engine can be rebuilt from it.
+    fn settled(&self) -> bool {
+        self.queue.is_empty() && !self.committing
+    }
+
+    /// Whether the next append needs a settled archive (after a failed
+    /// commit, or with the engine lost): the caller commits the queue first
+    /// ([`crate::Slot`]'s `begin_append`).
+    pub(crate) fn must_settle(&self) -> bool {
+        self.broken || self.engine.is_none()
+    }
+
     /// The first step of an append: what writing its blobs needs. The caller
     /// holds the archive's writer lock from here to [`LiveArchive::enqueue`],
     /// but the state lock only for this call, so reads go on meanwhile.
@@ -490,21 +508,23 @@ impl LiveArchive {
         if self.sealed.is_some() {
             return Err(StoreError::Sealed(self.id.clone()));
         }
+        if self.must_settle() && !self.settled() {
+            // Rebuilding now would write over the blobs still to commit.
+            return Err(StoreError::Task(
+                "an append began on an unsettled archive".into(),
+            ));
+        }
         if self.broken {
-            // Nothing is queued: the failed group took the queue with it.
             self.abandon_append();
         }
         let engine = match self.engine.take() {
-            Some(e) if !(self.engine_stale && self.queue.is_empty()) => e,
-            // With nothing queued, the committed state is the whole state.
-            _ if self.queue.is_empty() => {
+            // A stale engine goes on while appends are queued or committing:
+            // its blob end and chunk numbers run ahead of the committed state.
+            Some(e) if !(self.engine_stale && self.settled()) => e,
+            // Settled: a missing engine is a reason to settle, checked above.
+            _ => {
                 self.engine_stale = false;
                 self.fresh_engine()?
-            }
-            _ => {
-                return Err(StoreError::Task(
-                    "the engine is gone while appends are queued".into(),
-                ))
             }
         };
         let start = engine.blob_end();
@@ -591,6 +611,7 @@ impl LiveArchive {
         if appends.is_empty() {
             return None;
         }
+        self.committing = true;
         Some(Group {
             appends,
             file_rows,
@@ -607,10 +628,14 @@ impl LiveArchive {
     /// or, if the commit failed, fails them and marks the blobs past the
     /// committed end for dropping.
     pub(crate) fn apply_group(&mut self, group: Group, committed: Result<(Committed, Result<()>)>) {
+        self.committing = false;
         let (Committed { snapshot_id, .. }, meta_committed) = match committed {
             Ok(c) => c,
             Err(e) => {
                 self.broken = true;
+                // The appends queued meanwhile commit later with this group's
+                // blobs inside their region.
+                self.dead |= !self.queue.is_empty();
                 let e = Arc::new(e);
                 for (q, _) in group.appends {
                     let _ = q.done.send(Err(StoreError::Commit(Arc::clone(&e))));
@@ -1061,4 +1086,71 @@ async fn roll_forward_meta(
         )?);
     }
     commit_meta(catalog, meta, files, seq).await
+}
+
+#[cfg(test)]
+mod tests {
+    use znippy_format::{ArchiveProps, InputFile};
+
+    use crate::{CreateOptions, Store};
+
+    /// An append that begins while a group commits writes past that group's
+    /// blobs, even when the group before made the engine stale (it replaced
+    /// a path): rebuilding the engine from the committed state then would
+    /// write over the group in flight.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn an_append_during_a_commit_writes_past_the_group_in_flight() {
+        let tmp = tempfile::tempdir().unwrap();
+        let store = Store::open(tmp.path(), 1).await.unwrap();
+        let opts = CreateOptions {
+            props: ArchiveProps {
+                chunk_size: 64 << 10,
+                pack_threshold: 16 << 10,
+                level: 3,
+            },
+            with_meta: false,
+        };
+        store.create("a", opts).await.unwrap();
+        let file = |path: &str, body: &[u8]| InputFile::from_bytes(path, body.to_vec(), None);
+        store
+            .append("a", vec![file("x", b"one")], None)
+            .await
+            .unwrap();
+        let slot = store.slot("a").await.unwrap();
+        let queue = |f: InputFile| async {
+            let pending = slot.state.lock().await.begin_append().unwrap();
+            let (engine, written) = super::write_blobs(pending, [Ok(f)]).await.unwrap();
+            let (rows, stats) = written.unwrap();
+            let mut state = slot.state.lock().await;
+            state.enqueue(engine, rows, stats, None)
+        };
+
+        let replacing = queue(file("x", b"two")).await.unwrap();
+        let first = slot.state.lock().await.take_group().unwrap();
+        let second = queue(file("y", b"three")).await.unwrap();
+        let committed = first.commit(&store.catalog).await;
+        let mut state = slot.state.lock().await;
+        state.apply_group(first, committed);
+        assert_eq!(replacing.await.unwrap().unwrap().append_seq, 2);
+        assert!(state.engine_stale);
+
+        let in_flight = state.take_group().unwrap();
+        assert!(in_flight.end > state.blob_end);
+        let next = state.begin_append().unwrap();
+        assert_eq!(
+            next.start, in_flight.end,
+            "the next append writes past the group"
+        );
+        state.engine = Some(next.engine);
+        let committed = in_flight.commit(&store.catalog).await;
+        state.apply_group(in_flight, committed);
+        assert_eq!(second.await.unwrap().unwrap().append_seq, 3);
+        drop(state);
+        for (path, body) in [("x", &b"two"[..]), ("y", b"three")] {
+            let mut out = Vec::new();
+            store.read_file("a", path, &mut out).await.unwrap();
+            assert_eq!(out, body);
+        }
+        store.close().await;
+    }
 }

@@ -306,6 +306,29 @@ async fn concurrent_appends_commit_in_groups_and_all_land() {
             text(i, 20_000 + i as usize)
         );
     }
+
+    // Replacing files while others commit: a replace makes the engine stale
+    // while later appends are queued or committing, and none of their blobs
+    // may be written over.
+    let version = |i: u64, round: u64| text(100 * round + i, 5_000 + i as usize);
+    let mut tasks = Vec::new();
+    for i in 0..8u64 {
+        let store = Arc::clone(&store);
+        tasks.push(tokio::spawn(async move {
+            for round in 1..=4 {
+                let f = file(&format!("f{i}"), &version(i, round));
+                store.append("a", vec![f], None).await?;
+            }
+            Ok::<_, StoreError>(())
+        }));
+    }
+    for t in tasks {
+        t.await.unwrap().unwrap();
+    }
+    assert_eq!(store.info("a").await.unwrap().appends, 8 + 32);
+    for i in 0..8u64 {
+        assert_eq!(read(&store, "a", &format!("f{i}")).await, version(i, 4));
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
