@@ -491,13 +491,6 @@ impl LiveArchive {
         self.queue.is_empty() && !self.committing
     }
 
-    /// Whether the next append needs a settled archive (after a failed
-    /// commit, or with the engine lost): the caller commits the queue first
-    /// ([`crate::Slot`]'s `begin_append`).
-    pub(crate) fn must_settle(&self) -> bool {
-        self.broken || self.engine.is_none()
-    }
-
     /// The first step of an append: what writing its blobs needs. The caller
     /// holds the archive's writer lock from here to [`LiveArchive::enqueue`],
     /// but the state lock only for this call, so reads go on meanwhile.
@@ -508,7 +501,9 @@ impl LiveArchive {
         if self.sealed.is_some() {
             return Err(StoreError::Sealed(self.id.clone()));
         }
-        if self.must_settle() && !self.settled() {
+        // A failed commit fails the queue with it, and the engine is missing
+        // only while an append holds it or right after one was abandoned.
+        if (self.broken || self.engine.is_none()) && !self.settled() {
             // Rebuilding now would write over the blobs still to commit.
             return Err(StoreError::Task(
                 "an append began on an unsettled archive".into(),
@@ -521,7 +516,7 @@ impl LiveArchive {
             // A stale engine goes on while appends are queued or committing:
             // its blob end and chunk numbers run ahead of the committed state.
             Some(e) if !(self.engine_stale && self.settled()) => e,
-            // Settled: a missing engine is a reason to settle, checked above.
+            // Settled, checked above when the engine is missing.
             _ => {
                 self.engine_stale = false;
                 self.fresh_engine()?
@@ -633,12 +628,13 @@ impl LiveArchive {
             Ok(c) => c,
             Err(e) => {
                 self.broken = true;
-                // The appends queued meanwhile commit later with this group's
-                // blobs inside their region.
-                self.dead |= !self.queue.is_empty();
                 let e = Arc::new(e);
                 for (q, _) in group.appends {
                     let _ = q.done.send(Err(StoreError::Commit(Arc::clone(&e))));
+                }
+                // Their blobs follow the group's and may dedupe into them.
+                for q in self.queue.drain(..) {
+                    let _ = q.done.send(Err(StoreError::QueueFailed));
                 }
                 return;
             }
@@ -1090,18 +1086,20 @@ async fn roll_forward_meta(
 
 #[cfg(test)]
 mod tests {
+    use std::sync::Arc;
+
+    use tokio::sync::oneshot;
     use znippy_format::{ArchiveProps, InputFile};
 
-    use crate::{CreateOptions, Store};
+    use crate::{AppendReceipt, CreateOptions, Result, Slot, Store, StoreError};
 
-    /// An append that begins while a group commits writes past that group's
-    /// blobs, even when the group before made the engine stale (it replaced
-    /// a path): rebuilding the engine from the committed state then would
-    /// write over the group in flight.
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn an_append_during_a_commit_writes_past_the_group_in_flight() {
-        let tmp = tempfile::tempdir().unwrap();
-        let store = Store::open(tmp.path(), 1).await.unwrap();
+    fn file(path: &str, body: &[u8]) -> InputFile {
+        InputFile::from_bytes(path, body.to_vec(), None)
+    }
+
+    /// A store with archive `a` holding `x` = "one", and the archive's slot.
+    async fn archive(dir: &std::path::Path) -> (Store, Arc<Slot>) {
+        let store = Store::open(dir, 1).await.unwrap();
         let opts = CreateOptions {
             props: ArchiveProps {
                 chunk_size: 64 << 10,
@@ -1111,23 +1109,39 @@ mod tests {
             with_meta: false,
         };
         store.create("a", opts).await.unwrap();
-        let file = |path: &str, body: &[u8]| InputFile::from_bytes(path, body.to_vec(), None);
         store
             .append("a", vec![file("x", b"one")], None)
             .await
             .unwrap();
         let slot = store.slot("a").await.unwrap();
-        let queue = |f: InputFile| async {
-            let pending = slot.state.lock().await.begin_append().unwrap();
-            let (engine, written) = super::write_blobs(pending, [Ok(f)]).await.unwrap();
-            let (rows, stats) = written.unwrap();
-            let mut state = slot.state.lock().await;
-            state.enqueue(engine, rows, stats, None)
-        };
+        (store, slot)
+    }
 
-        let replacing = queue(file("x", b"two")).await.unwrap();
+    /// Step 1 of an append, by hand: its blobs written, then queued.
+    async fn queue(slot: &Slot, f: InputFile) -> Result<oneshot::Receiver<Result<AppendReceipt>>> {
+        let pending = slot.state.lock().await.begin_append()?;
+        let (engine, written) = super::write_blobs(pending, [Ok(f)]).await?;
+        let (rows, stats) = written?;
+        slot.state.lock().await.enqueue(engine, rows, stats, None)
+    }
+
+    async fn read(store: &Store, path: &str) -> Result<Vec<u8>> {
+        let mut out = Vec::new();
+        store.read_file("a", path, &mut out).await?;
+        Ok(out)
+    }
+
+    /// An append that begins while a group commits writes past that group's
+    /// blobs, even when the group before made the engine stale (it replaced
+    /// a path): rebuilding the engine from the committed state then would
+    /// write over the group in flight.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn an_append_during_a_commit_writes_past_the_group_in_flight() {
+        let tmp = tempfile::tempdir().unwrap();
+        let (store, slot) = archive(tmp.path()).await;
+        let replacing = queue(&slot, file("x", b"two")).await.unwrap();
         let first = slot.state.lock().await.take_group().unwrap();
-        let second = queue(file("y", b"three")).await.unwrap();
+        let second = queue(&slot, file("y", b"three")).await.unwrap();
         let committed = first.commit(&store.catalog).await;
         let mut state = slot.state.lock().await;
         state.apply_group(first, committed);
@@ -1146,10 +1160,41 @@ mod tests {
         state.apply_group(in_flight, committed);
         assert_eq!(second.await.unwrap().unwrap().append_seq, 3);
         drop(state);
-        for (path, body) in [("x", &b"two"[..]), ("y", b"three")] {
-            let mut out = Vec::new();
-            store.read_file("a", path, &mut out).await.unwrap();
-            assert_eq!(out, body);
+        assert_eq!(read(&store, "x").await.unwrap(), b"two");
+        assert_eq!(read(&store, "y").await.unwrap(), b"three");
+        store.close().await;
+    }
+
+    /// A group whose commit fails takes the appends queued behind it along
+    /// (their blobs follow its blobs): they hear `QueueFailed`, the next
+    /// append starts at the committed end, and none of them is readable.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_failed_commit_fails_the_queue_behind_it() {
+        let tmp = tempfile::tempdir().unwrap();
+        let (store, slot) = archive(tmp.path()).await;
+        let failing = queue(&slot, file("y", b"lost")).await.unwrap();
+        let group = slot.state.lock().await.take_group().unwrap();
+        let behind = queue(&slot, file("z", b"lost too")).await.unwrap();
+        let committed_end = slot.state.lock().await.blob_end;
+        let cause = StoreError::Task("the disk went away".into());
+        slot.state.lock().await.apply_group(group, Err(cause));
+        assert!(matches!(failing.await.unwrap(), Err(StoreError::Commit(_))));
+        assert!(matches!(
+            behind.await.unwrap(),
+            Err(StoreError::QueueFailed)
+        ));
+        let next = slot.state.lock().await.begin_append().unwrap();
+        assert_eq!(next.start, committed_end, "the failed blobs are cut off");
+        slot.state.lock().await.engine = Some(next.engine);
+
+        let r = store.append("a", vec![file("v", b"after")], None).await;
+        assert_eq!(r.unwrap().append_seq, 2);
+        assert_eq!(read(&store, "v").await.unwrap(), b"after");
+        for gone in ["y", "z"] {
+            assert!(matches!(
+                read(&store, gone).await,
+                Err(StoreError::NotFound(_))
+            ));
         }
         store.close().await;
     }

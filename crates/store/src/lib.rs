@@ -70,8 +70,8 @@ use znippy_format::{
     PageLimit,
 };
 
+use archive::LiveArchive;
 pub use archive::{AppendReceipt, SealPlan};
-use archive::{LiveArchive, PendingBlobs};
 pub use catalog::{RedbCatalog, BLOB_END_KEY};
 pub use error::{Abandoned, Result, StoreError};
 pub use file::FileReader;
@@ -284,16 +284,6 @@ impl Slot {
     async fn flush(&self, catalog: &RedbCatalog) {
         let _commit = self.commit.lock().await;
         self.commit_queued(catalog).await;
-    }
-
-    /// The first step of an append; the caller holds the writer lock, so
-    /// nothing joins the queue meanwhile. An archive that must be rebuilt from
-    /// its committed state (after a failed commit) commits its queue first.
-    async fn begin_append(&self, catalog: &RedbCatalog) -> Result<PendingBlobs> {
-        if self.state.lock().await.must_settle() {
-            self.flush(catalog).await;
-        }
-        self.state.lock().await.begin_append()
     }
 
     /// Starts keeping the archive's tables small on a task of `changes`,
@@ -601,7 +591,7 @@ impl Store {
             let queued = {
                 let _writer = slot.writer.lock().await;
                 let _memory = budget.take(slot.engine_bound).await?;
-                let pending = slot.begin_append(&catalog).await?;
+                let pending = slot.state.lock().await.begin_append()?;
                 let written = archive::write_blobs(pending, files).await;
                 // Metadata may come after the files (a multipart upload can
                 // carry it last); it is complete once they are.
