@@ -9,10 +9,39 @@
 use std::collections::HashSet;
 use std::path::PathBuf;
 
+use std::io::Write;
+use std::process::ExitCode;
+
 use anyhow::{bail, Context, Result};
-use znippy_format::{scan_dir, Scan, ScanOptions, ScannedFile};
+use znippy_format::{scan_dir, MetaSearch, Scan, ScanOptions, ScannedFile};
 
 pub mod meta_args;
+
+/// Prints a metadata search of `archive`, one `path key type value` line a
+/// fact (or only the paths), and gives the exit code the `meta` commands
+/// document: 0 hits, 1 no match, 2 no metadata section.
+pub fn print_meta(found: MetaSearch, archive: &str, paths_only: bool) -> Result<ExitCode> {
+    let rows = match found {
+        MetaSearch::NoSection => {
+            eprintln!("znippy: {archive} has no metadata section");
+            return Ok(ExitCode::from(2));
+        }
+        MetaSearch::NoMatch => return Ok(ExitCode::from(1)),
+        MetaSearch::Hits(rows) => rows,
+    };
+    let mut out = std::io::BufWriter::new(std::io::stdout().lock());
+    for r in rows {
+        let path = r.path.as_deref().unwrap_or("-");
+        if paths_only {
+            writeln!(out, "{path}")?;
+        } else {
+            let (key, value) = (&r.key, &r.value);
+            writeln!(out, "{path}\t{key}\t{}\t{value}", value.type_name())?;
+        }
+    }
+    out.flush()?;
+    Ok(ExitCode::SUCCESS)
+}
 
 /// Worker threads: as given, or one per core.
 pub fn threads(n: Option<usize>) -> usize {

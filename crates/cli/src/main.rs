@@ -13,10 +13,10 @@ use std::process::ExitCode;
 
 use anyhow::{bail, Context, Result};
 use clap::{Args, Parser, Subcommand};
-use znippy_cli::{gather, meta_args, threads};
+use znippy_cli::{gather, meta_args, print_meta, threads};
 use znippy_format::{
     extract_all_with, scan_dir, undo_path, Archive, ArchiveProps, ExtractOptions, InputFile, Kind,
-    MetaSearch, MetaUpdate, Metadata, Recovery, Scan, ScanOptions, TarEntries,
+    MetaUpdate, Metadata, Recovery, Scan, ScanOptions, TarEntries,
 };
 
 use progress::{human, Progress};
@@ -478,31 +478,7 @@ fn meta(args: MetaArgs) -> Result<ExitCode> {
         (None, Some(p)) => md.by_prefix(p),
         (None, None) => bail!("give --key or --prefix"),
     };
-    let rows = match found {
-        MetaSearch::NoSection => {
-            eprintln!("znippy: {} has no metadata section", archive.display());
-            return Ok(ExitCode::from(2));
-        }
-        MetaSearch::NoMatch => return Ok(ExitCode::from(1)),
-        MetaSearch::Hits(rows) => rows,
-    };
-    let mut out = BufWriter::new(std::io::stdout().lock());
-    for r in rows {
-        let path = r.path.as_deref().unwrap_or("-");
-        if paths_only {
-            writeln!(out, "{path}")?;
-        } else {
-            writeln!(
-                out,
-                "{path}\t{}\t{}\t{}",
-                r.key,
-                r.value.type_name(),
-                r.value
-            )?;
-        }
-    }
-    out.flush()?;
-    Ok(ExitCode::SUCCESS)
+    print_meta(found, &archive.display().to_string(), paths_only)
 }
 
 fn append(args: AppendArgs) -> Result<()> {

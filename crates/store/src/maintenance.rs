@@ -283,7 +283,7 @@ impl RedbCatalog {
             rows += m.added_rows_count.unwrap_or(0) + m.existing_rows_count.unwrap_or(0);
         }
         let manifest = manifest.write_manifest_file().await?;
-        let written = vec![local_path(&manifest.manifest_path)];
+        let manifest_path = local_path(&manifest.manifest_path);
         let list_path = format!("{dir}/snap-{snapshot_id}-0-{tag}.avro");
         let mut writer = ManifestListWriter::v2(
             self.file_io().new_output(&list_path)?.writer().await?,
@@ -293,7 +293,7 @@ impl RedbCatalog {
         );
         writer.add_manifests(std::iter::once(manifest).chain(since))?;
         writer.close().await?;
-        let written = [written, vec![local_path(&list_path)]].concat();
+        let written = vec![manifest_path, local_path(&list_path)];
         let mut props = current.summary().additional_properties.clone();
         props.insert("total-data-files".into(), files.to_string());
         props.insert("total-records".into(), rows.to_string());

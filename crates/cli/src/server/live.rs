@@ -6,10 +6,10 @@ use std::path::PathBuf;
 
 use anyhow::{Context, Result};
 use clap::Subcommand;
-use znippy_format::{ArchiveProps, MetaSearch, ScanOptions};
+use znippy_format::{ArchiveProps, ScanOptions};
 use znippy_store::{CreateOptions, Store};
 
-use znippy_cli::{gather, meta_args};
+use znippy_cli::{gather, meta_args, print_meta};
 
 #[derive(Subcommand)]
 pub enum LiveCmd {
@@ -175,22 +175,9 @@ async fn command(store: &Store, cmd: LiveCmd) -> Result<std::process::ExitCode> 
             store.delete_file(&id, &path).await?;
             writeln!(out, "deleted {path}")?;
         }
-        LiveCmd::Meta { id, key } => match store.meta_by_key(&id, &key).await? {
-            MetaSearch::NoSection => return Ok(std::process::ExitCode::from(2)),
-            MetaSearch::NoMatch => return Ok(std::process::ExitCode::from(1)),
-            MetaSearch::Hits(rows) => {
-                for r in rows {
-                    let path = r.path.as_deref().unwrap_or("-");
-                    writeln!(
-                        out,
-                        "{path}\t{}\t{}\t{}",
-                        r.key,
-                        r.value.type_name(),
-                        r.value
-                    )?;
-                }
-            }
-        },
+        LiveCmd::Meta { id, key } => {
+            return print_meta(store.meta_by_key(&id, &key).await?, &id, false);
+        }
     }
     out.flush()?;
     Ok(std::process::ExitCode::SUCCESS)
