@@ -95,9 +95,14 @@ def table_dir(store, name):
 
 
 def current_table(store, name):
-    md = table_dir(store, name) / "metadata"
-    stem = (md / "version-hint.text").read_text().strip()
-    return StaticTable.from_metadata(str(md / f"{stem}.metadata.json"))
+    """The table as a path-based reader finds it, with no catalog: pyiceberg,
+    like Spark's HadoopCatalog, reads `metadata/version-hint.text` holding N
+    and opens `metadata/vN.metadata.json`."""
+    hint = (table_dir(store, name) / "metadata" / "version-hint.text").read_text()
+    assert hint.isdigit(), hint
+    t = StaticTable.from_metadata(str(table_dir(store, name)))
+    assert t.metadata_location.endswith(f"/metadata/v{hint}.metadata.json")
+    return t
 
 
 def pyiceberg_live(store):

@@ -9,9 +9,13 @@
 //! commit that lost that race gets iceberg's retryable `CatalogCommitConflicts`,
 //! so `Transaction::commit` rebuilds it on the new state and tries again.
 //!
-//! After every swap the table's `metadata/version-hint.text` is rewritten
-//! atomically, so DuckDB's `iceberg_scan('<table dir>')` finds the current
-//! version without a catalog.
+//! After every swap the table's metadata directory is laid out for engines
+//! that find a table by its path, with no catalog (Spark's HadoopCatalog,
+//! pyiceberg's `StaticTable`, DuckDB's `iceberg_scan('<table dir>')`): they
+//! read `metadata/version-hint.text` holding `N` and open
+//! `metadata/vN.metadata.json`. iceberg-rust's commits parse the current name
+//! as `NNNNN-<uuid>.metadata.json`, so that stays the file the pointer names
+//! and `vN.metadata.json` is a hard link to it.
 //!
 //! A metadata file never changes once written and its name is unique, so the
 //! catalog keeps each table's current metadata parsed, keyed by its location:
@@ -86,6 +90,9 @@ pub struct RedbCatalog {
     /// files): a rewrite reads the manifests it replaces, and the expiry
     /// that later deletes them reads them again.
     manifests: Arc<Mutex<HashMap<String, Arc<Manifest>>>>,
+    /// Held while a table's path layout is rewritten, so two commits that
+    /// finish together cannot leave the older one's hint last.
+    hints: Arc<Mutex<()>>,
 }
 
 impl RedbCatalog {
@@ -113,6 +120,7 @@ impl RedbCatalog {
             file_io: FileIO::new_with_fs(),
             parsed: Arc::default(),
             manifests: Arc::default(),
+            hints: Arc::default(),
         })
     }
 
@@ -211,18 +219,37 @@ impl RedbCatalog {
             .build()
     }
 
-    /// Writes `metadata/version-hint.text` (the file stem of the current metadata
-    /// file) through a temporary file and a rename, then fsyncs.
-    fn write_version_hint(location: &str) -> std::io::Result<()> {
-        let path = local_path(location);
-        let (Some(dir), Some(stem)) = (path.parent(), path.file_stem().and_then(|s| s.to_str()))
+    /// Lays out `key`'s metadata directory for path-based readers (see the
+    /// module doc) as the pointer stands now, so that of two commits that
+    /// finish together the later one's version is the one left.
+    ///
+    /// Nothing here is synced: the pointer is the truth and these files are
+    /// derived from it. A power cut can leave them one commit behind, naming
+    /// a version the metadata log still keeps, until the next commit lays
+    /// them out again.
+    fn lay_out_for_paths(db: &Database, hints: &Mutex<()>, key: &str) -> Result<()> {
+        let _one_at_a_time = lock(hints);
+        let tx = db.begin_read().map_err(db_err)?;
+        let tables = tx.open_table(TABLES).map_err(db_err)?;
+        let Some(location) = tables
+            .get(key)
+            .map_err(db_err)?
+            .map(|v| local_path(v.value()))
         else {
             return Ok(());
         };
+        let Some((link, version)) = version_link(&location) else {
+            return Ok(());
+        };
+        let io = |e: std::io::Error| db_err(format!("{}: {e}", link.display()));
+        let dir = link.parent().unwrap_or(Path::new("."));
+        let tmp = dir.join(format!(".v{version}.{}.tmp", std::process::id()));
+        let _ = std::fs::remove_file(&tmp);
+        std::fs::hard_link(&location, &tmp).map_err(io)?;
+        std::fs::rename(&tmp, &link).map_err(io)?;
         let tmp = dir.join(format!(".version-hint.{}.tmp", std::process::id()));
-        std::fs::write(&tmp, stem.strip_suffix(".metadata").unwrap_or(stem))?;
-        std::fs::rename(&tmp, dir.join("version-hint.text"))?;
-        sync_file_and_dir(&dir.join("version-hint.text"))
+        std::fs::write(&tmp, version.to_string()).map_err(io)?;
+        std::fs::rename(&tmp, dir.join("version-hint.text")).map_err(io)
     }
 
     /// Makes the new metadata file and every manifest and manifest list the new
@@ -321,13 +348,27 @@ impl RedbCatalog {
         })
         .await?;
         self.remember(ident, new, metadata);
-        // The pointer is the truth; the hint only helps outside readers.
-        let _ = Self::write_version_hint(new);
+        self.lay_out(ident).await;
         Ok(())
     }
 }
 
 impl RedbCatalog {
+    /// Lays out `ident`'s metadata directory for path-based readers after a
+    /// commit. A failure is logged, not returned: the commit stands, and only
+    /// outside readers that go by path see the previous version until the
+    /// next commit.
+    async fn lay_out(&self, ident: &TableIdent) {
+        let (db, hints, key) = (
+            Arc::clone(&self.db),
+            Arc::clone(&self.hints),
+            table_key(ident),
+        );
+        if let Err(e) = blocking(move || Self::lay_out_for_paths(&db, &hints, &key)).await {
+            tracing::warn!(table = %ident, "version hint not written: {e}");
+        }
+    }
+
     /// Writes `key -> value` into `table` in one write transaction, if the key's
     /// presence is what the caller expects; otherwise returns `refused`.
     async fn put(
@@ -352,6 +393,17 @@ impl RedbCatalog {
         })
         .await
     }
+}
+
+/// The `vN.metadata.json` beside the metadata file at `location`
+/// (`NNNNN-<uuid>.metadata.json`), and `N`.
+pub(crate) fn version_link(location: &Path) -> Option<(PathBuf, u64)> {
+    let name = location.file_name()?.to_str()?;
+    let version: u64 = name.split_once('-')?.0.parse().ok()?;
+    Some((
+        location.with_file_name(format!("v{version}.metadata.json")),
+        version,
+    ))
 }
 
 fn blob_end_of(metadata: &TableMetadata) -> Option<u64> {
@@ -546,7 +598,7 @@ impl Catalog for RedbCatalog {
         );
         self.put(TABLES, table_key(&ident), mloc.clone(), false, taken)
             .await?;
-        let _ = Self::write_version_hint(&mloc);
+        self.lay_out(&ident).await;
         self.table(ident, metadata, mloc)
     }
 
@@ -647,6 +699,7 @@ impl Catalog for RedbCatalog {
             taken,
         )
         .await?;
+        self.lay_out(ident).await;
         self.table(ident.clone(), metadata, metadata_location)
     }
 

@@ -39,7 +39,7 @@ use iceberg::table::Table;
 use iceberg::{Catalog, Error, ErrorKind, TableIdent};
 use tokio::sync::Mutex;
 
-use crate::catalog::{local_path, RedbCatalog};
+use crate::catalog::{local_path, version_link, RedbCatalog};
 use crate::error::Result;
 use crate::tables;
 
@@ -415,12 +415,15 @@ impl RedbCatalog {
             .metadata;
         let next = self.publish(table, &built, Vec::new()).await?;
         let mut doomed = expiry.doomed;
-        // The log keeps the last `write.metadata.previous-versions-max`.
+        // The log keeps the last `write.metadata.previous-versions-max`,
+        // each with its `vN` link for path-based readers.
         let logged: HashSet<PathBuf> = built
             .metadata_log()
             .iter()
             .map(|m| local_path(&m.metadata_file))
             .chain([local_path(&next)])
+            .flat_map(|p| [version_link(&p).map(|(link, _)| link), Some(p)])
+            .flatten()
             .collect();
         let dir = local_path(&next).parent().map(Path::to_path_buf);
         if let Some(Ok(entries)) = dir.map(std::fs::read_dir) {

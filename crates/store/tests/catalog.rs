@@ -40,6 +40,21 @@ async fn open(dir: &std::path::Path) -> RedbCatalog {
         .unwrap()
 }
 
+/// Checks that `ident`'s metadata directory is what a path-based reader
+/// (Spark's HadoopCatalog, pyiceberg's StaticTable) follows to the current
+/// version: `version-hint.text` holding `version`, and `v<version>.metadata.json`
+/// the very file the catalog's pointer names.
+async fn assert_path_layout(c: &RedbCatalog, ident: &TableIdent, version: u64) {
+    use std::os::unix::fs::MetadataExt;
+    let location = c.metadata_location(ident).await.unwrap();
+    let pointer = std::path::PathBuf::from(location.trim_start_matches("file://"));
+    let dir = pointer.parent().unwrap();
+    let hint = std::fs::read_to_string(dir.join("version-hint.text")).unwrap();
+    assert_eq!(hint, version.to_string());
+    let link = std::fs::metadata(dir.join(format!("v{hint}.metadata.json"))).unwrap();
+    assert_eq!(link.ino(), std::fs::metadata(&pointer).unwrap().ino());
+}
+
 fn ns(parts: &[&str]) -> NamespaceIdent {
     NamespaceIdent::from_strs(parts).unwrap()
 }
@@ -104,10 +119,7 @@ async fn tables_create_load_list_rename_register_drop() {
         .unwrap();
     let t = c.create_table(&a, creation("t")).await.unwrap();
     assert!(t.metadata_location().unwrap().ends_with(".metadata.json"));
-    let hint = tmp.path().join("warehouse/a/t/metadata/version-hint.text");
-    assert!(std::fs::read_to_string(&hint)
-        .unwrap()
-        .starts_with("00000-"));
+    assert_path_layout(&c, &TableIdent::new(a.clone(), "t".into()), 0).await;
     let err = c.create_table(&a, creation("t")).await.unwrap_err();
     assert_eq!(err.kind(), ErrorKind::TableAlreadyExists);
     c.create_table(&a, creation("u")).await.unwrap();
@@ -196,6 +208,7 @@ async fn eight_concurrent_commits_all_land() {
         .filter(|s| s.parent_snapshot_id().is_none())
         .count();
     assert_eq!(parents, 1);
+    assert_path_layout(&c, &tid, 8).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -236,6 +249,8 @@ async fn a_commit_may_not_move_the_blob_end_back() {
             .count(),
         2
     );
+    // The expiry is a version of its own, and keeps the layout current.
+    assert_path_layout(&c, &tid, 4).await;
 }
 
 /// Writes a catalog in a child process, then reads it here after the child exited.
@@ -276,4 +291,38 @@ async fn a_catalog_reopens_after_its_writer_process_is_gone() {
     let t = c.load_table(&TableIdent::new(a, "t".into())).await.unwrap();
     let snap = t.metadata().current_snapshot().unwrap();
     assert_eq!(snap.summary().additional_properties["from"], "child");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_expiry_removes_the_version_links_the_metadata_log_dropped() {
+    let tmp = tempfile::tempdir().unwrap();
+    let c = open(tmp.path()).await;
+    let a = ns(&["a"]);
+    c.create_namespace(&a, HashMap::new()).await.unwrap();
+    let mut t = creation("t");
+    t.properties
+        .insert("write.metadata.previous-versions-max".into(), "2".into());
+    c.create_table(&a, t).await.unwrap();
+    let tid = TableIdent::new(a, "t".into());
+    for i in 0..5 {
+        let table = c.load_table(&tid).await.unwrap();
+        let tx = Transaction::new(&table);
+        let props = HashMap::from([("writer".to_string(), i.to_string())]);
+        let action = tx.fast_append().set_snapshot_properties(props);
+        action.apply(tx).unwrap().commit(&c).await.unwrap();
+    }
+    c.expire_snapshots(&tid, 1).await.unwrap();
+    assert_path_layout(&c, &tid, 6).await;
+    let dir = tmp.path().join("warehouse/a/t/metadata");
+    let mut links: Vec<String> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .filter(|n| n.starts_with('v') && n.ends_with(".metadata.json"))
+        .collect();
+    links.sort();
+    // The current version and the two its log keeps.
+    assert_eq!(
+        links,
+        ["v4.metadata.json", "v5.metadata.json", "v6.metadata.json"]
+    );
 }

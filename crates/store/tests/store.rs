@@ -463,20 +463,21 @@ async fn many_appends_keep_the_tables_compact() {
         );
         // Expiry deletes what only the dropped snapshots reached, so the
         // directory does not grow with every append either.
-        let on_disk = |dir: &str, ext: &str| {
+        let on_disk = |dir: &str, named: &dyn Fn(&str) -> bool| {
             std::fs::read_dir(tmp.path().join("warehouse/znippy/c/files").join(dir))
                 .unwrap()
-                .filter(|e| {
-                    e.as_ref()
-                        .unwrap()
-                        .file_name()
-                        .to_string_lossy()
-                        .ends_with(ext)
-                })
+                .filter(|e| named(&e.as_ref().unwrap().file_name().to_string_lossy()))
                 .count()
         };
-        let (parquet, avro) = (on_disk("data", ".parquet"), on_disk("metadata", ".avro"));
-        let json = on_disk("metadata", ".metadata.json");
+        let parquet = on_disk("data", &|n| n.ends_with(".parquet"));
+        let avro = on_disk("metadata", &|n| n.ends_with(".avro"));
+        // `vN.metadata.json` are links to the metadata files for path-based
+        // readers, one per version kept.
+        let links = on_disk("metadata", &|n| {
+            n.starts_with('v') && n.ends_with(".metadata.json")
+        });
+        let json = on_disk("metadata", &|n| n.ends_with(".metadata.json")) - links;
+        assert!(links <= json, "{links} version links for {json} versions");
         assert!(
             parquet < 80,
             "{parquet} data files on disk after 150 appends"
