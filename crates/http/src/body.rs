@@ -5,7 +5,6 @@
 //! file. The body limit is counted here too, as the bytes pass.
 
 use std::io::{self, Read};
-use std::sync::atomic::Ordering;
 
 use axum::http::{header, HeaderMap};
 use bytes::Bytes;
@@ -103,10 +102,7 @@ impl<'a> Budget<'a> {
             .left
             .checked_sub(n as u64)
             .ok_or_else(|| ApiError::too_large(self.app.config.max_body))?;
-        self.app
-            .metrics
-            .bytes_in
-            .fetch_add(n as u64, Ordering::Relaxed);
+        self.app.metrics.bytes_in(n as u64);
         Ok(())
     }
 }

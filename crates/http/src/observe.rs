@@ -1,127 +1,114 @@
 //! One log line per request, and the Prometheus metrics at `/metrics`.
 //!
-//! Hand-rolled on atomics: a handful of counters and three histograms do not
-//! need a metrics framework.
+//! The metrics are `prometheus-client`'s (the Prometheus project's own Rust
+//! client), served in the OpenMetrics text format that Prometheus scrapes.
 
-use std::collections::BTreeMap;
-use std::fmt::Write as _;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use axum::extract::{Request, State};
-use axum::http::header;
+use axum::http::{header, StatusCode};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
+use prometheus_client::encoding::{text::encode, EncodeLabelSet};
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::histogram::Histogram;
+use prometheus_client::registry::Registry;
 
 use crate::AppState;
 
-/// Upper bounds of the latency buckets, in seconds.
+/// Upper bounds of the latency buckets, in seconds: from a cached GET to a
+/// commit on a slow disk.
 const BUCKETS: [f64; 14] = [
     0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
 ];
 
-/// A latency histogram with Prometheus' cumulative buckets.
-#[derive(Debug, Default)]
-pub struct Histogram {
-    counts: [AtomicU64; BUCKETS.len()],
-    count: AtomicU64,
-    sum_micros: AtomicU64,
-}
-
-impl Histogram {
-    /// Records one observation.
-    pub fn observe(&self, d: Duration) {
-        let secs = d.as_secs_f64();
-        if let Some(i) = BUCKETS.iter().position(|b| secs <= *b) {
-            self.counts[i].fetch_add(1, Ordering::Relaxed);
-        }
-        self.count.fetch_add(1, Ordering::Relaxed);
-        self.sum_micros
-            .fetch_add(d.as_micros() as u64, Ordering::Relaxed);
-    }
-
-    fn render(&self, name: &str, help: &str, out: &mut String) {
-        let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} histogram");
-        let mut cumulative = 0;
-        for (b, c) in BUCKETS.iter().zip(&self.counts) {
-            cumulative += c.load(Ordering::Relaxed);
-            let _ = writeln!(out, "{name}_bucket{{le=\"{b}\"}} {cumulative}");
-        }
-        let count = self.count.load(Ordering::Relaxed);
-        let _ = writeln!(out, "{name}_bucket{{le=\"+Inf\"}} {count}");
-        let sum = self.sum_micros.load(Ordering::Relaxed) as f64 / 1e6;
-        let _ = writeln!(out, "{name}_sum {sum}\n{name}_count {count}");
-    }
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct RequestLabels {
+    method: String,
+    status: u16,
 }
 
 /// The service's counters and histograms.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct Metrics {
-    requests: Mutex<BTreeMap<(String, u16), u64>>,
-    /// Request body bytes taken in by uploads.
-    pub bytes_in: AtomicU64,
-    /// File and archive bytes sent.
-    pub bytes_out: AtomicU64,
-    /// Whole requests.
-    pub request_latency: Histogram,
-    /// Appends, from the first byte of the upload to the acknowledgement.
-    pub append_latency: Histogram,
-    /// The Iceberg commit of an append.
-    pub commit_latency: Histogram,
+    registry: Registry,
+    requests: Family<RequestLabels, Counter>,
+    bytes_in: Counter,
+    bytes_out: Counter,
+    request_latency: Histogram,
+    append_latency: Histogram,
+    commit_latency: Histogram,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        let (requests, bytes_in, bytes_out) = Default::default();
+        let [request_latency, append_latency, commit_latency] =
+            [(); 3].map(|()| Histogram::new(BUCKETS));
+        let mut registry = Registry::default();
+        // Counters are exposed with `_total` appended.
+        for (name, help, counter) in [
+            ("znippy_http_bytes_in", "Upload bytes received", &bytes_in),
+            (
+                "znippy_http_bytes_out",
+                "File and archive bytes sent",
+                &bytes_out,
+            ),
+        ] {
+            registry.register(name, help, Counter::clone(counter));
+        }
+        registry.register(
+            "znippy_http_requests",
+            "Requests served",
+            Family::clone(&requests),
+        );
+        for (name, help, histogram) in [
+            (
+                "znippy_http_request_seconds",
+                "Request latency",
+                &request_latency,
+            ),
+            (
+                "znippy_append_seconds",
+                "Append latency, upload to acknowledgement",
+                &append_latency,
+            ),
+            (
+                "znippy_commit_seconds",
+                "Iceberg commit latency of an append",
+                &commit_latency,
+            ),
+        ] {
+            registry.register(name, help, histogram.clone());
+        }
+        Metrics {
+            registry,
+            requests,
+            bytes_in,
+            bytes_out,
+            request_latency,
+            append_latency,
+            commit_latency,
+        }
+    }
 }
 
 impl Metrics {
-    fn count_request(&self, method: &str, status: u16) {
-        if let Ok(mut m) = self.requests.lock() {
-            *m.entry((method.to_string(), status)).or_default() += 1;
-        }
+    /// Counts request body bytes taken in by an upload.
+    pub(crate) fn bytes_in(&self, n: u64) {
+        self.bytes_in.inc_by(n);
     }
 
-    /// The metrics in Prometheus' text format.
-    pub fn render(&self) -> String {
-        let mut out = String::new();
-        out.push_str("# HELP znippy_http_requests_total Requests served.\n");
-        out.push_str("# TYPE znippy_http_requests_total counter\n");
-        if let Ok(m) = self.requests.lock() {
-            for ((method, status), n) in m.iter() {
-                let _ = writeln!(
-                    out,
-                    "znippy_http_requests_total{{method=\"{method}\",status=\"{status}\"}} {n}"
-                );
-            }
-        }
-        for (name, help, v) in [
-            (
-                "znippy_http_bytes_in_total",
-                "Upload bytes received.",
-                &self.bytes_in,
-            ),
-            (
-                "znippy_http_bytes_out_total",
-                "File and archive bytes sent.",
-                &self.bytes_out,
-            ),
-        ] {
-            let n = v.load(Ordering::Relaxed);
-            let _ = writeln!(
-                out,
-                "# HELP {name} {help}\n# TYPE {name} counter\n{name} {n}"
-            );
-        }
-        self.request_latency
-            .render("znippy_http_request_seconds", "Request latency.", &mut out);
-        self.append_latency.render(
-            "znippy_append_seconds",
-            "Append latency, upload to acknowledgement.",
-            &mut out,
-        );
-        self.commit_latency.render(
-            "znippy_commit_seconds",
-            "Iceberg commit latency of an append.",
-            &mut out,
-        );
-        out
+    /// Counts file and archive bytes sent.
+    pub(crate) fn bytes_out(&self, n: u64) {
+        self.bytes_out.inc_by(n);
+    }
+
+    /// Records an acknowledged append: from its first byte, and its commit.
+    pub(crate) fn append(&self, took: Duration, commit: Duration) {
+        self.append_latency.observe(took.as_secs_f64());
+        self.commit_latency.observe(commit.as_secs_f64());
     }
 }
 
@@ -133,8 +120,12 @@ pub(crate) async fn track(State(app): State<AppState>, req: Request, next: Next)
     let response = next.run(req).await;
     let took = start.elapsed();
     let status = response.status().as_u16();
-    app.metrics.count_request(method.as_str(), status);
-    app.metrics.request_latency.observe(took);
+    let labels = RequestLabels {
+        method: method.to_string(),
+        status,
+    };
+    app.metrics.requests.get_or_create(&labels).inc();
+    app.metrics.request_latency.observe(took.as_secs_f64());
     tracing::info!(
         target: "znippy::http",
         "{method} {uri} {status} {:.1}ms",
@@ -143,9 +134,12 @@ pub(crate) async fn track(State(app): State<AppState>, req: Request, next: Next)
     response
 }
 
-pub(crate) async fn render(State(app): State<AppState>) -> impl IntoResponse {
-    (
-        [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
-        app.metrics.render(),
-    )
+pub(crate) async fn render(State(app): State<AppState>) -> Response {
+    let mut out = String::new();
+    if let Err(e) = encode(&mut out, &app.metrics.registry) {
+        tracing::error!("encoding the metrics: {e}");
+        return StatusCode::INTERNAL_SERVER_ERROR.into_response();
+    }
+    let openmetrics = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+    ([(header::CONTENT_TYPE, openmetrics)], out).into_response()
 }

@@ -9,7 +9,6 @@
 use std::io::{self, Write};
 use std::ops::Range;
 use std::os::unix::fs::FileExt;
-use std::sync::atomic::Ordering;
 
 use axum::body::Body;
 use axum::http::{header, HeaderMap, HeaderValue, Method, StatusCode};
@@ -158,7 +157,7 @@ pub(crate) async fn respond(
     if method == Method::HEAD {
         return builder.body(Body::empty()).unwrap_or_default();
     }
-    app.metrics.bytes_out.fetch_add(n, Ordering::Relaxed);
+    app.metrics.bytes_out(n);
     let read = src.read;
     let body = if n <= BUFFERED {
         let task = tokio::task::spawn_blocking(move || {

@@ -60,8 +60,7 @@ where
         }
         (Ok(()), Ok(r)) => r,
     };
-    app.metrics.append_latency.observe(start.elapsed());
-    app.metrics.commit_latency.observe(receipt.commit_time);
+    app.metrics.append(start.elapsed(), receipt.commit_time);
     Ok(Json(json!({
         "files": receipt.files,
         "bytes": receipt.bytes,

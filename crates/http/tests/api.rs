@@ -574,6 +574,10 @@ async fn health_metrics_and_openapi() {
     ] {
         assert!(m.contains(needle), "{needle} not in\n{m}");
     }
+    assert!(
+        m.ends_with("# EOF\n"),
+        "OpenMetrics text ends in # EOF:\n{m}"
+    );
 
     // The served description is the checked-in one, and every operation it
     // documents is routed (none falls through to "no route" or "bad method").
