@@ -103,8 +103,27 @@ error_codes! {
     Unavailable => "unavailable",
     /// An append whose engine bound exceeds the whole engine memory (503).
     OverBudget => "over_budget",
+    /// An append queued behind a group commit that failed: nothing was
+    /// committed, and the same request may be sent again (503).
+    Retry => "retry",
     /// The disk or quota is full (507).
     NoSpace => "no_space",
+}
+
+impl ErrorCode {
+    /// What the client is told instead of the message, for the failures
+    /// whose message names the server's files and internals.
+    fn summary(self) -> Option<&'static str> {
+        match self {
+            ErrorCode::Corrupt => Some("stored data failed its integrity checks"),
+            ErrorCode::NoSpace => Some("the server has no disk space left"),
+            ErrorCode::Unavailable => {
+                Some("the archive's blob file changed under the server; it needs a restart")
+            }
+            ErrorCode::Internal => Some("the server failed"),
+            _ => None,
+        }
+    }
 }
 
 impl Serialize for ErrorCode {
@@ -178,21 +197,14 @@ impl<'a> ErrorBody<'a> {
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        // A server-side failure's message names files and internals of the
-        // server: it goes to the log, and the client gets what happened.
-        let message = if self.status.is_server_error() {
+        if self.status.is_server_error() {
             tracing::error!(code = self.code.as_str(), status = %self.status, "{}", self.message);
-            let what = match self.code {
-                ErrorCode::Corrupt => "stored data failed its integrity checks",
-                ErrorCode::NoSpace => "the server has no disk space left",
-                ErrorCode::Unavailable => {
-                    "the archive's blob file changed under the server; it needs a restart"
-                }
-                _ => "the server failed",
-            };
-            format!("{what}; the server log has the details")
-        } else {
-            self.message
+        }
+        // Such a message goes to the log only, and the client gets what
+        // happened; the others (over budget, retry) tell the client what to do.
+        let message = match self.code.summary() {
+            Some(what) => format!("{what}; the server log has the details"),
+            None => self.message,
         };
         let body = ErrorBody::new(self.code, &message);
         (self.status, axum::Json(body)).into_response()
@@ -299,7 +311,7 @@ fn store_error(e: &StoreError, msg: String) -> ApiError {
         // A group commit's failure answers each of its appends as itself.
         StoreError::Commit(cause) => store_error(cause, msg),
         StoreError::QueueFailed => {
-            ApiError::new(StatusCode::SERVICE_UNAVAILABLE, ErrorCode::Unavailable, msg)
+            ApiError::new(StatusCode::SERVICE_UNAVAILABLE, ErrorCode::Retry, msg)
         }
         StoreError::NoArchive(_) => ApiError::new(StatusCode::NOT_FOUND, ErrorCode::NoArchive, msg),
         StoreError::NotFound(_) => ApiError::new(StatusCode::NOT_FOUND, ErrorCode::NoFile, msg),
@@ -313,6 +325,13 @@ fn store_error(e: &StoreError, msg: String) -> ApiError {
             ApiError::new(StatusCode::SERVICE_UNAVAILABLE, ErrorCode::OverBudget, msg)
         }
         StoreError::Format(f) => format_error(f),
+        StoreError::SidecarShort { .. }
+        | StoreError::BadNamespaceProperty { .. }
+        | StoreError::BadSummary { .. }
+        | StoreError::BadRow { .. }
+        | StoreError::PendingMeta(_) => {
+            ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, ErrorCode::Corrupt, msg)
+        }
         StoreError::Iceberg(i) if i.kind() == iceberg::ErrorKind::CatalogCommitConflicts => {
             ApiError::new(StatusCode::CONFLICT, ErrorCode::Conflict, msg)
         }
@@ -347,6 +366,42 @@ impl From<SealError> for ApiError {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn response(e: ApiError) -> (StatusCode, serde_json::Value) {
+        let r = e.into_response();
+        let status = r.status();
+        let body = futures::executor::block_on(axum::body::to_bytes(r.into_body(), 1 << 20));
+        (status, serde_json::from_slice(&body.unwrap()).unwrap())
+    }
+
+    /// A failure whose message names the server's internals reaches the
+    /// client as what happened; one that tells the client what to do
+    /// reaches it whole.
+    #[test]
+    fn server_errors_show_the_client_what_it_can_use() {
+        let internal = ApiError::internal("reading /srv/data/blobs/a.blobs: EIO");
+        let (status, body) = response(internal);
+        assert_eq!(status, StatusCode::INTERNAL_SERVER_ERROR);
+        assert_eq!(body["error"]["code"], "internal");
+        let message = body["error"]["message"].as_str().unwrap();
+        assert!(!message.contains("/srv"), "{message}");
+
+        let (status, body) = response(ApiError::from(StoreError::QueueFailed));
+        assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(body["error"]["code"], "retry");
+        assert_eq!(
+            body["error"]["message"],
+            StoreError::QueueFailed.to_string()
+        );
+
+        let corrupt = StoreError::BadSummary {
+            key: "znippy.blob-end".into(),
+            value: "x".into(),
+        };
+        let (status, body) = response(ApiError::from(corrupt));
+        assert_eq!(status, StatusCode::INTERNAL_SERVER_ERROR);
+        assert_eq!(body["error"]["code"], "corrupt");
+    }
 
     /// The OpenAPI document names exactly the codes there are.
     #[test]

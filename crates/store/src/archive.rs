@@ -284,9 +284,10 @@ fn summary(table: &Table, key: &str) -> Option<String> {
 fn summary_u64(table: &Table, key: &str) -> Result<u64> {
     match summary(table, key) {
         None => Ok(0),
-        Some(v) => v
-            .parse()
-            .map_err(|_| StoreError::Corrupt(format!("snapshot summary {key} = {v:?}"))),
+        Some(value) => value.parse().map_err(|_| StoreError::BadSummary {
+            key: key.to_string(),
+            value,
+        }),
     }
 }
 
@@ -1010,7 +1011,7 @@ fn encode_data_files(table: &Table, files: &[DataFile]) -> Result<String> {
             md.format_version(),
         )?);
     }
-    serde_json::to_string(&out).map_err(|e| StoreError::Corrupt(format!("pending meta: {e}")))
+    serde_json::to_string(&out).map_err(StoreError::PendingMeta)
 }
 
 /// One `files` snapshot: the commit point of an append or a delete.
@@ -1027,10 +1028,9 @@ async fn commit_files(
         .add_data_files(data)
         .set_snapshot_properties(props);
     let committed = action.apply(tx)?.commit(catalog).await?;
-    let snapshot = committed
-        .metadata()
-        .current_snapshot()
-        .ok_or_else(|| StoreError::Corrupt("commit left no snapshot".into()))?;
+    let snapshot = committed.metadata().current_snapshot().ok_or_else(|| {
+        iceberg::Error::new(iceberg::ErrorKind::Unexpected, "a commit left no snapshot")
+    })?;
     Ok(Committed {
         snapshot_id: snapshot.snapshot_id(),
         maintenance_due: maintenance::due(committed.metadata()),
@@ -1069,8 +1069,7 @@ async fn roll_forward_meta(
     pending: &str,
     seq: u64,
 ) -> Result<Table> {
-    let jsons: Vec<String> = serde_json::from_str(pending)
-        .map_err(|e| StoreError::Corrupt(format!("pending meta: {e}")))?;
+    let jsons: Vec<String> = serde_json::from_str(pending).map_err(StoreError::PendingMeta)?;
     let md = meta.metadata();
     let mut files = Vec::new();
     for j in jsons {

@@ -69,9 +69,88 @@ pub enum StoreError {
     /// back on the next open.
     #[error("an archive task failed: {0}")]
     Task(String),
-    /// Stored rows that break the store's own rules.
-    #[error("corrupt live archive {0}")]
-    Corrupt(String),
+    /// The sidecar is shorter than the blob end its tables committed:
+    /// acknowledged bytes are gone (the disk lost them, or something other
+    /// than znippy cut the file).
+    #[error("{}: sidecar has {len} bytes but {committed} are committed", path.display())]
+    SidecarShort {
+        /// The sidecar file.
+        path: std::path::PathBuf,
+        /// Its length.
+        len: u64,
+        /// The committed blob end.
+        committed: u64,
+    },
+    /// A property the store keeps on an archive's namespace is missing or
+    /// does not parse.
+    #[error("corrupt live archive: namespace property {key} is {}", shown(value))]
+    BadNamespaceProperty {
+        /// The property.
+        key: String,
+        /// What it holds, if anything.
+        value: Option<String>,
+    },
+    /// An entry the store keeps in a snapshot's summary does not parse.
+    #[error("corrupt live archive: snapshot summary {key} is {value:?}")]
+    BadSummary {
+        /// The summary key.
+        key: String,
+        /// What it holds.
+        value: String,
+    },
+    /// A row of an archive's tables, read or about to be written, breaks the
+    /// store's schema.
+    #[error("live archive row: column {column} {problem}")]
+    BadRow {
+        /// The column.
+        column: &'static str,
+        /// What is wrong with it.
+        problem: RowProblem,
+    },
+    /// A table's schema does not take the rows this version of the store
+    /// writes (the table was changed by something other than znippy).
+    #[error("table {table} does not take this store's rows: {source}")]
+    Schema {
+        /// The table.
+        table: String,
+        /// What Arrow refused.
+        #[source]
+        source: arrow_schema::ArrowError,
+    },
+    /// The data files a `files` snapshot names for the `meta` table to
+    /// commit after it (see "roll forward" in docs/store.md) do not encode.
+    #[error("corrupt live archive: the pending meta files of a snapshot: {0}")]
+    PendingMeta(#[source] serde_json::Error),
+}
+
+/// What is wrong with a column of a row ([`StoreError::BadRow`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RowProblem {
+    /// The column is not in the batch.
+    Missing,
+    /// The column is not of the type the store writes.
+    WrongType,
+    /// A count or offset read back negative.
+    Negative(i64),
+    /// A count or offset past the largest Iceberg `long`.
+    TooLarge(u64),
+}
+
+impl std::fmt::Display for RowProblem {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            RowProblem::Missing => f.write_str("is missing"),
+            RowProblem::WrongType => f.write_str("has an unexpected type"),
+            RowProblem::Negative(v) => write!(f, "holds a negative value, {v}"),
+            RowProblem::TooLarge(v) => write!(f, "cannot hold {v}, past the largest long"),
+        }
+    }
+}
+
+fn shown(value: &Option<String>) -> String {
+    value
+        .as_ref()
+        .map_or_else(|| "missing".to_string(), |v| format!("{v:?}"))
 }
 
 /// What an append's metadata future yields when the caller gives up on the

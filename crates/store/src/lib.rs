@@ -73,7 +73,7 @@ use znippy_format::{
 use archive::LiveArchive;
 pub use archive::{AppendReceipt, SealPlan};
 pub use catalog::{RedbCatalog, BLOB_END_KEY};
-pub use error::{Abandoned, Result, StoreError};
+pub use error::{Abandoned, Result, RowProblem, StoreError};
 pub use file::FileReader;
 pub use tables::TableKind;
 
@@ -163,18 +163,19 @@ pub struct SealedFile {
 
 pub(crate) async fn namespace_props(catalog: &RedbCatalog, ns: &NamespaceIdent) -> Result<NsProps> {
     let p = catalog.get_namespace(ns).await?.properties().clone();
-    let num = |k: &str| -> Result<u64> {
-        p.get(k)
-            .and_then(|v| v.parse().ok())
-            .ok_or_else(|| StoreError::Corrupt(format!("namespace property {k}")))
+    let bad = |key: &str| StoreError::BadNamespaceProperty {
+        key: key.to_string(),
+        value: p.get(key).cloned(),
     };
+    let num =
+        |k: &str| -> Result<u64> { p.get(k).and_then(|v| v.parse().ok()).ok_or_else(|| bad(k)) };
     let archive = ArchiveProps {
         chunk_size: num(P_CHUNK)?,
         pack_threshold: num(P_PACK)?,
         level: p
             .get(P_LEVEL)
             .and_then(|v| v.parse().ok())
-            .ok_or_else(|| StoreError::Corrupt(format!("namespace property {P_LEVEL}")))?,
+            .ok_or_else(|| bad(P_LEVEL))?,
     };
     archive.validate()?;
     Ok(NsProps {
@@ -182,9 +183,10 @@ pub(crate) async fn namespace_props(catalog: &RedbCatalog, ns: &NamespaceIdent) 
         with_meta: p.get(P_META).is_some_and(|v| v == "true"),
         sealed: match p.get(P_STATE).map(String::as_str) {
             Some("sealed") => Some(SealedFile {
-                path: p.get(P_SEALED_PATH).map(PathBuf::from).ok_or_else(|| {
-                    StoreError::Corrupt(format!("sealed without {P_SEALED_PATH}"))
-                })?,
+                path: p
+                    .get(P_SEALED_PATH)
+                    .map(PathBuf::from)
+                    .ok_or_else(|| bad(P_SEALED_PATH))?,
                 len: num(P_SEALED_LEN)?,
             }),
             _ => None,

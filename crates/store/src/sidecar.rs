@@ -44,10 +44,11 @@ impl Sidecar {
         let meta = file.metadata().map_err(|e| StoreError::io(what(), e))?;
         let len = meta.len();
         if len < committed_end {
-            return Err(StoreError::Corrupt(format!(
-                "{}: sidecar has {len} bytes but {committed_end} are committed",
-                path.display()
-            )));
+            return Err(StoreError::SidecarShort {
+                path: path.to_path_buf(),
+                len,
+                committed: committed_end,
+            });
         }
         if len > committed_end {
             file.set_len(committed_end)

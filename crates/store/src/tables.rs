@@ -33,7 +33,7 @@ use parquet::file::properties::WriterProperties;
 use znippy_format::{Kind, MetaValue, MetaValueBuilder, MetaValueColumns, SliceRow};
 
 use crate::catalog::{local_path, RedbCatalog};
-use crate::error::{Result, StoreError};
+use crate::error::{Result, RowProblem, StoreError};
 
 /// Name of the slice table.
 pub const FILES: &str = "files";
@@ -146,19 +146,30 @@ pub struct MetaLogRow {
     pub tombstone: bool,
 }
 
-fn long(v: u64, what: &str) -> Result<i64> {
-    i64::try_from(v).map_err(|_| StoreError::Corrupt(format!("{what} {v} does not fit a long")))
+fn long(v: u64, column: &'static str) -> Result<i64> {
+    i64::try_from(v).map_err(|_| StoreError::BadRow {
+        column,
+        problem: RowProblem::TooLarge(v),
+    })
 }
 
-fn ulong(v: i64, what: &str) -> Result<u64> {
-    u64::try_from(v).map_err(|_| StoreError::Corrupt(format!("negative {what} {v}")))
+fn ulong(v: i64, column: &'static str) -> Result<u64> {
+    u64::try_from(v).map_err(|_| StoreError::BadRow {
+        column,
+        problem: RowProblem::Negative(v),
+    })
+}
+
+fn schema_error(table: &Table) -> impl FnOnce(arrow_schema::ArrowError) -> StoreError + '_ {
+    |source| StoreError::Schema {
+        table: table.identifier().to_string(),
+        source,
+    }
 }
 
 fn batch_for(table: &Table, cols: Vec<ArrayRef>) -> Result<RecordBatch> {
     let schema = schema_to_arrow_schema(table.metadata().current_schema())?;
-    RecordBatch::try_new(Arc::new(schema), cols).map_err(|e| {
-        StoreError::Corrupt(format!("building a batch for {}: {e}", table.identifier()))
-    })
+    RecordBatch::try_new(Arc::new(schema), cols).map_err(schema_error(table))
 }
 
 /// Adds the columns of [`files_schema`] that `table` lacks (it was created
@@ -200,19 +211,18 @@ pub fn files_batch(table: &Table, rows: &[FileRow]) -> Result<RecordBatch> {
     for r in rows {
         let s = &r.slice;
         path.append_value(&s.relative_path);
-        for (b, v) in longs.iter_mut().zip([
-            s.chunk_seq,
-            s.fdata_offset,
-            s.uncompressed_size,
-            s.blob_offset,
-            s.blob_size,
-            s.blob_inner_offset,
+        for (b, (v, column)) in longs.iter_mut().zip([
+            (s.chunk_seq, "chunk_seq"),
+            (s.fdata_offset, "fdata_offset"),
+            (s.uncompressed_size, "uncompressed_size"),
+            (s.blob_offset, "blob_offset"),
+            (s.blob_size, "blob_size"),
+            (s.blob_inner_offset, "blob_inner_offset"),
         ]) {
-            b.append_value(long(v, "offset")?);
+            b.append_value(long(v, column)?);
         }
         comp.append_value(s.compressed);
-        sum.append_value(s.checksum)
-            .map_err(|e| StoreError::Corrupt(e.to_string()))?;
+        sum.append_value(s.checksum).map_err(schema_error(table))?;
         mode.append_option(s.mode.map(|m| m as i32));
         seq.append_value(long(r.append_seq, "append_seq")?);
         tomb.append_value(r.tombstone);
@@ -293,7 +303,7 @@ pub async fn write_batches(table: &Table, batches: Vec<RecordBatch>) -> Result<V
     let mut writer = DataFileWriterBuilder::new(rolling).build(None).await?;
     for batch in batches {
         let batch = RecordBatch::try_new(arrow.clone(), batch.columns().to_vec())
-            .map_err(|e| StoreError::Corrupt(format!("rows do not fit the table: {e}")))?;
+            .map_err(schema_error(table))?;
         writer.write(batch).await?;
     }
     let files = writer.close().await?;
@@ -316,14 +326,20 @@ pub async fn scan_all(table: &Table) -> Result<Vec<RecordBatch>> {
     Ok(stream.try_collect().await?)
 }
 
-fn col<'a>(b: &'a RecordBatch, name: &str) -> Result<&'a dyn Array> {
-    b.column_by_name(name)
+fn col<'a>(b: &'a RecordBatch, column: &'static str) -> Result<&'a dyn Array> {
+    b.column_by_name(column)
         .map(|c| c.as_ref())
-        .ok_or_else(|| StoreError::Corrupt(format!("column {name} missing")))
+        .ok_or(StoreError::BadRow {
+            column,
+            problem: RowProblem::Missing,
+        })
 }
 
-fn bad(name: &str) -> StoreError {
-    StoreError::Corrupt(format!("column {name} has an unexpected type"))
+fn bad(column: &'static str) -> StoreError {
+    StoreError::BadRow {
+        column,
+        problem: RowProblem::WrongType,
+    }
 }
 
 /// Decodes scanned `files` batches.
@@ -333,7 +349,7 @@ pub fn file_rows(batches: &[RecordBatch]) -> Result<Vec<FileRow>> {
         let path = col(b, "relative_path")?
             .as_string_opt::<i32>()
             .ok_or_else(|| bad("relative_path"))?;
-        let l = |n: &str| {
+        let l = |n: &'static str| {
             col(b, n).and_then(|c| c.as_primitive_opt::<Int64Type>().ok_or_else(|| bad(n)))
         };
         let (seq, fdata, size, boff, bsize, inner, aseq) = (
