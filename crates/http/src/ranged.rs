@@ -48,6 +48,11 @@ enum Wanted {
 
 /// `Range: bytes=a-b | a- | -n`. Anything else, including several ranges, is
 /// served whole, as RFC 9110 allows.
+///
+/// Written here rather than through the `headers` crate's typed `Range`:
+/// its `satisfiable_ranges(len)` yields bounds that still need every rule
+/// below (a zero suffix, an empty representation, a start past the end, the
+/// clamp to the length), so it would replace only the split on `-`.
 fn wanted(headers: &HeaderMap, len: u64, etag: &str) -> Wanted {
     let Some(spec) = headers.get(header::RANGE).and_then(|v| v.to_str().ok()) else {
         return Wanted::Whole;

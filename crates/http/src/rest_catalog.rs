@@ -8,6 +8,9 @@
 //!
 //! Errors follow the REST spec's model (`{"error": {"message", "type",
 //! "code"}}`), which Iceberg clients parse, rather than the service's own.
+//! Responses are `iceberg-catalog-rest`'s own serde types, the ones its
+//! client parses; only the config response is written here, as that crate
+//! keeps its type private.
 
 use axum::extract::rejection::QueryRejection;
 use axum::extract::{Path, Query, State};
@@ -15,6 +18,10 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::{Json, Router};
+use iceberg::{NamespaceIdent, TableIdent};
+use iceberg_catalog_rest::{
+    ErrorModel, ListNamespaceResponse, ListTablesResponse, LoadTableResult, NamespaceResponse,
+};
 use serde_json::{json, Value};
 use znippy_store::{StoreError, TableKind};
 
@@ -46,20 +53,34 @@ pub(crate) fn routes() -> Router<AppState> {
 /// An error in the REST spec's model: status, exception type, message.
 pub(crate) struct RestError(pub StatusCode, pub &'static str, pub String);
 
+/// The spec's error body (`iceberg-catalog-rest` keeps its wrapper's field
+/// private).
+#[derive(serde::Serialize)]
+struct ErrorBody {
+    error: ErrorModel,
+}
+
 impl IntoResponse for RestError {
     fn into_response(self) -> Response {
-        let body = json!({
-            "error": { "message": self.2, "type": self.1, "code": self.0.as_u16() }
-        });
-        (self.0, Json(body)).into_response()
+        let RestError(status, kind, message) = self;
+        let error = ErrorModel {
+            message,
+            r#type: kind.to_string(),
+            code: status.as_u16(),
+            stack: None,
+        };
+        (status, Json(ErrorBody { error })).into_response()
     }
 }
 
+/// A server-side failure: its cause (which names the server's files) goes
+/// to the log, the client learns that the server failed.
 fn internal(e: impl std::fmt::Display) -> RestError {
+    tracing::error!(target: "znippy::http", "iceberg REST catalog: {e}");
     RestError(
         StatusCode::INTERNAL_SERVER_ERROR,
         "InternalServerError",
-        e.to_string(),
+        "the server failed; its log has the details".into(),
     )
 }
 
@@ -142,35 +163,40 @@ impl Paging {
 async fn namespaces(
     State(app): State<AppState>,
     q: Result<Query<Params>, QueryRejection>,
-) -> Result<Json<Value>, RestError> {
+) -> Result<Json<ListNamespaceResponse>, RestError> {
     let paging = Paging::from_query(q)?;
     // Archives are one level deep: nothing lives below one.
-    if paging.parent.as_ref().is_some_and(|p| !p.is_empty()) {
-        return Ok(Json(json!({ "namespaces": [] })));
-    }
-    let ids = app.store.list().await.map_err(internal)?;
+    let ids = match paging.parent.as_ref().is_some_and(|p| !p.is_empty()) {
+        true => Vec::new(),
+        false => app.store.list().await.map_err(internal)?,
+    };
     let (page, next) = paging.page(&ids);
-    let list: Vec<[&String; 1]> = page.iter().map(|id| [id]).collect();
-    Ok(Json(json!({ "namespaces": list, "next-page-token": next })))
+    Ok(Json(ListNamespaceResponse {
+        namespaces: page.iter().cloned().map(NamespaceIdent::new).collect(),
+        next_page_token: next,
+    }))
 }
 
 async fn namespace(
     State(app): State<AppState>,
     Path(ns): Path<String>,
-) -> Result<Json<Value>, RestError> {
-    let props = app
+) -> Result<Json<NamespaceResponse>, RestError> {
+    let properties = app
         .store
         .namespace_properties(&ns)
         .await
         .map_err(rest_error(&ns))?;
-    Ok(Json(json!({ "namespace": [ns], "properties": props })))
+    Ok(Json(NamespaceResponse {
+        namespace: NamespaceIdent::new(ns),
+        properties,
+    }))
 }
 
 async fn tables(
     State(app): State<AppState>,
     Path(ns): Path<String>,
     q: Result<Query<Params>, QueryRejection>,
-) -> Result<Json<Value>, RestError> {
+) -> Result<Json<ListTablesResponse>, RestError> {
     let paging = Paging::from_query(q)?;
     app.store
         .namespace_properties(&ns)
@@ -178,17 +204,20 @@ async fn tables(
         .map_err(rest_error(&ns))?;
     let names: Vec<String> = TableKind::ALL.map(|t| t.name().to_string()).into();
     let (page, next) = paging.page(&names);
-    let ids: Vec<Value> = page
-        .iter()
-        .map(|t| json!({ "namespace": [ns], "name": t }))
-        .collect();
-    Ok(Json(json!({ "identifiers": ids, "next-page-token": next })))
+    let namespace = NamespaceIdent::new(ns);
+    Ok(Json(ListTablesResponse {
+        identifiers: page
+            .iter()
+            .map(|t| TableIdent::new(namespace.clone(), t.clone()))
+            .collect(),
+        next_page_token: next,
+    }))
 }
 
 async fn load_table(
     State(app): State<AppState>,
     Path((ns, table)): Path<(String, String)>,
-) -> Result<Json<Value>, RestError> {
+) -> Result<Json<LoadTableResult>, RestError> {
     let missing_table = || {
         RestError(
             StatusCode::NOT_FOUND,
@@ -208,9 +237,10 @@ async fn load_table(
     let location = t
         .metadata_location()
         .ok_or_else(|| internal("table without a metadata location"))?;
-    Ok(Json(json!({
-        "metadata-location": location,
-        "metadata": t.metadata(),
-        "config": {},
-    })))
+    Ok(Json(LoadTableResult {
+        metadata_location: Some(location.to_string()),
+        metadata: t.metadata().clone(),
+        config: Default::default(),
+        storage_credentials: None,
+    }))
 }
