@@ -272,6 +272,9 @@ pub fn meta_batch(table: &Table, rows: &[MetaLogRow]) -> Result<RecordBatch> {
     batch_for(table, cols)
 }
 
+/// Data files of fewer rows than this are written uncompressed.
+const COMPRESSED_FROM_ROWS: usize = 1024;
+
 /// Writes `batch` as one parquet data file of `table`, fsynced, and returns it.
 pub async fn write_data_file(table: &Table, batch: RecordBatch) -> Result<Vec<DataFile>> {
     write_batches(table, vec![batch]).await
@@ -282,8 +285,17 @@ pub async fn write_data_file(table: &Table, batch: RecordBatch) -> Result<Vec<Da
 /// the writer needs).
 pub async fn write_batches(table: &Table, batches: Vec<RecordBatch>) -> Result<Vec<DataFile>> {
     let arrow = Arc::new(schema_to_arrow_schema(table.metadata().current_schema())?);
+    let rows: usize = batches.iter().map(RecordBatch::num_rows).sum();
+    // parquet sets up a zstd context pair per column chunk, written and read:
+    // for the few rows of one append that costs more than the bytes it
+    // saves (it was the largest cost of a single-file commit). Those files
+    // live until compaction merges them, which writes zstd.
+    let compression = match rows < COMPRESSED_FROM_ROWS {
+        true => Compression::UNCOMPRESSED,
+        false => Compression::ZSTD(ZstdLevel::default()),
+    };
     let props = WriterProperties::builder()
-        .set_compression(Compression::ZSTD(ZstdLevel::default()))
+        .set_compression(compression)
         .build();
     let schema = table.metadata().current_schema().clone();
     let parquet = ParquetWriterBuilder::new(props, schema);
