@@ -47,21 +47,13 @@ pub fn sync_dir(dir: &Path) -> io::Result<()> {
     recorded_dir(dir)
 }
 
-/// `fsync`s the file at `path` and its directory: a new file, whole.
-pub fn sync_file_and_dir(path: &Path) -> io::Result<()> {
-    sync_all(&File::open(path)?, path)?;
-    sync_dir(path.parent().unwrap_or(Path::new(".")))
-}
-
-/// [`sync_file_and_dir`] for several new files: each file, then each of
-/// their directories once (a commit's manifest, manifest list and metadata
-/// file share one).
-pub fn sync_new_files(paths: &[impl AsRef<Path>]) -> io::Result<()> {
-    let mut dirs = Vec::new();
+/// `fsync`s each directory of `paths` once: the names of new files whose
+/// bytes were synced as they were written (a commit's manifest, manifest
+/// list and metadata file share one directory).
+pub fn sync_parents(paths: &[impl AsRef<Path>]) -> io::Result<()> {
+    let mut dirs: Vec<&Path> = Vec::new();
     for path in paths {
-        let path = path.as_ref();
-        sync_all(&File::open(path)?, path)?;
-        let dir = path.parent().unwrap_or(Path::new("."));
+        let dir = path.as_ref().parent().unwrap_or(Path::new("."));
         if !dirs.contains(&dir) {
             dirs.push(dir);
         }

@@ -29,17 +29,18 @@ use std::str::FromStr;
 use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
-use iceberg::io::FileIO;
-use iceberg::spec::{Manifest, ManifestFile, ManifestList, TableMetadata, TableMetadataBuilder};
+use iceberg::io::{FileIO, FileIOBuilder};
+use iceberg::spec::{Manifest, ManifestFile, TableMetadata, TableMetadataBuilder};
 use iceberg::table::Table;
 use iceberg::{
     Catalog, Error, ErrorKind, MetadataLocation, Namespace, NamespaceIdent, Result, TableCommit,
     TableCreation, TableIdent,
 };
 use redb::{Database, ReadableTable, TableDefinition};
-use znippy_format::durable::{sync_dir, sync_file_and_dir, sync_new_files};
+use znippy_format::durable::{sync_dir, sync_parents};
 
 use crate::db_file::DbFile;
+use crate::storage::DurableFsFactory;
 
 /// Snapshot-summary key holding the end of an archive's committed blob region.
 pub const BLOB_END_KEY: &str = "znippy.blob-end";
@@ -117,7 +118,7 @@ impl RedbCatalog {
         Ok(RedbCatalog {
             db: Arc::new(db),
             warehouse: std::fs::canonicalize(warehouse).map_err(db_err)?,
-            file_io: FileIO::new_with_fs(),
+            file_io: FileIOBuilder::new(Arc::new(DurableFsFactory)).build(),
             parsed: Arc::default(),
             manifests: Arc::default(),
             hints: Arc::default(),
@@ -252,26 +253,21 @@ impl RedbCatalog {
         std::fs::rename(&tmp, dir.join("version-hint.text")).map_err(io)
     }
 
-    /// Makes the new metadata file and every manifest and manifest list the new
-    /// snapshot added durable before the pointer moves to it.
+    /// Makes the names of the new metadata file and of the manifest list and
+    /// manifests the new snapshot added durable before the pointer moves to
+    /// it (their bytes were synced as written, see `storage.rs`).
+    /// iceberg-rust writes all three into the table's `metadata/`.
     async fn sync_commit(&self, metadata: &TableMetadata, location: &str) -> Result<()> {
         let mut paths = vec![local_path(location)];
         if let Some(snap) = metadata.current_snapshot() {
             paths.push(local_path(snap.manifest_list()));
-            let bytes = self.file_io.new_input(snap.manifest_list())?.read().await?;
-            let list = ManifestList::parse_with_version(&bytes, metadata.format_version())?;
-            for m in list.entries() {
-                if m.added_snapshot_id == snap.snapshot_id() {
-                    paths.push(local_path(&m.manifest_path));
-                }
-            }
         }
-        blocking(move || sync_new_files(&paths).map_err(|e| db_err(format!("fsync: {e}")))).await
+        blocking(move || sync_parents(&paths).map_err(|e| db_err(format!("fsync: {e}")))).await
     }
 
-    /// Writes `built` as the metadata version after `table`'s, makes it and
-    /// `written` (the new files it names) durable, and moves the pointer to
-    /// it: the commit of what the catalog builds by hand (rewrites, expiry),
+    /// Writes `built` as the metadata version after `table`'s, makes the
+    /// names of it and of `written` (the new files it names) durable, and
+    /// moves the pointer to it: the commit of what the catalog builds by hand (rewrites, expiry),
     /// which keep the blob end as it is. Returns the new metadata location.
     pub(crate) async fn publish(
         &self,
@@ -286,8 +282,7 @@ impl RedbCatalog {
         built.write_to(&self.file_io, &next).await?;
         let next = next.to_string();
         written.push(local_path(&next));
-        blocking(move || sync_new_files(&written).map_err(|e| db_err(format!("fsync: {e}"))))
-            .await?;
+        blocking(move || sync_parents(&written).map_err(|e| db_err(format!("fsync: {e}")))).await?;
         self.swap(table.identifier(), old, (&next, built), None)
             .await?;
         Ok(next)
@@ -591,7 +586,7 @@ impl Catalog for RedbCatalog {
         let mloc = MetadataLocation::new_with_metadata(location, &metadata);
         metadata.write_to(&self.file_io, &mloc).await?;
         let mloc = mloc.to_string();
-        sync_file_and_dir(&local_path(&mloc)).map_err(db_err)?;
+        sync_parents(&[local_path(&mloc)]).map_err(db_err)?;
         let taken = Error::new(
             ErrorKind::TableAlreadyExists,
             format!("table {ident} exists"),

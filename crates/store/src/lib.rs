@@ -39,6 +39,8 @@
 //! - `catalog.rs`: [`RedbCatalog`], an Iceberg catalog whose table pointers live
 //!   in one redb file, with the commit that swaps them; `db_file.rs`: that
 //!   file, as redb's storage backend.
+//! - `storage.rs`: the local storage of the tables' files, whose writes are
+//!   durable as they complete.
 //! - `sidecar.rs`: the blob file: positioned writes at the committed end, fsync,
 //!   and the check that it is still the file the store opened.
 //! - `file.rs`: one file opened for reading, verified slice by slice.
@@ -53,6 +55,7 @@ mod error;
 mod file;
 mod maintenance;
 mod sidecar;
+mod storage;
 mod tables;
 
 use std::collections::HashMap;

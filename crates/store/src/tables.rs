@@ -321,7 +321,7 @@ pub async fn write_batches(table: &Table, batches: Vec<RecordBatch>) -> Result<V
     let files = writer.close().await?;
     let paths: Vec<_> = files.iter().map(|f| local_path(f.file_path())).collect();
     tokio::task::spawn_blocking(move || {
-        znippy_format::durable::sync_new_files(&paths)
+        znippy_format::durable::sync_parents(&paths)
             .map_err(|e| StoreError::io("fsync of new data files", e))
     })
     .await
