@@ -464,6 +464,35 @@ async fn without_the_sidecar_sync_a_power_cut_loses_an_acknowledged_append() {
     store.close().await;
 }
 
+/// Nor without the syncs of the tables' own files: the metadata files,
+/// manifests and manifest lists that the store's table storage syncs as it
+/// closes them come back empty, and the store refuses the archive instead
+/// of answering from a table it cannot read.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_the_table_file_syncs_a_power_cut_is_noticed() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (root, data) = (tmp.path(), tmp.path().join("data"));
+    let shadow = root.join("shadow");
+    let crash = Crash::Power {
+        shadow: &shadow,
+        kept: None,
+        unsynced: Some("/files/metadata/"),
+    };
+    ok_in(crash, &live(&data, &["create", "a"]));
+    let (b0, _) = batch(root, 0);
+    ok_in(crash, &live(&data, &["append", "a", s(&b0)]));
+    crash.aftermath(&data);
+    let lost = match Store::open(&data, 1).await {
+        Err(e) => e,
+        Ok(store) => {
+            let info = store.info("a").await;
+            store.close().await;
+            info.expect_err("an archive whose table files are empty opened")
+        }
+    };
+    assert!(matches!(lost, StoreError::Iceberg(_)), "{lost:?}");
+}
+
 /// And without the undo file's sync, a power cut in the middle of a native
 /// append leaves an archive nothing can restore.
 #[test]

@@ -267,8 +267,9 @@ impl RedbCatalog {
 
     /// Writes `built` as the metadata version after `table`'s, makes the
     /// names of it and of `written` (the new files it names) durable, and
-    /// moves the pointer to it: the commit of what the catalog builds by hand (rewrites, expiry),
-    /// which keep the blob end as it is. Returns the new metadata location.
+    /// moves the pointer to it: the commit of what the catalog builds by
+    /// hand (rewrites, expiry), which keep the blob end as it is. Returns the
+    /// new metadata location.
     pub(crate) async fn publish(
         &self,
         table: &Table,
