@@ -74,6 +74,18 @@ fn db_err(e: impl std::fmt::Display) -> Error {
     Error::new(ErrorKind::Unexpected, format!("catalog database: {e}"))
 }
 
+/// The location of `table`'s metadata file. iceberg's own
+/// `metadata_location_result` builds its error before it looks, so with
+/// `RUST_BACKTRACE` set every commit would capture a backtrace for nothing.
+pub(crate) fn metadata_location_of(table: &Table) -> Result<&str> {
+    table.metadata_location().ok_or_else(|| {
+        Error::new(
+            ErrorKind::DataInvalid,
+            format!("table {} has no metadata location", table.identifier()),
+        )
+    })
+}
+
 /// A local path for a `file://` or plain location.
 pub fn local_path(location: &str) -> PathBuf {
     PathBuf::from(location.strip_prefix("file://").unwrap_or(location))
@@ -276,7 +288,7 @@ impl RedbCatalog {
         built: &TableMetadata,
         mut written: Vec<PathBuf>,
     ) -> Result<String> {
-        let old = table.metadata_location_result()?;
+        let old = metadata_location_of(table)?;
         let next = MetadataLocation::from_str(old)?
             .with_next_version()
             .with_new_metadata(built);
@@ -702,10 +714,10 @@ impl Catalog for RedbCatalog {
     async fn update_table(&self, commit: TableCommit) -> Result<Table> {
         let ident = commit.identifier().clone();
         let current = self.load_table(&ident).await?;
-        let old = current.metadata_location_result()?.to_string();
+        let old = metadata_location_of(&current)?.to_string();
         let before = blob_end_of(current.metadata());
         let staged = commit.apply(current)?;
-        let new = staged.metadata_location_result()?.to_string();
+        let new = metadata_location_of(&staged)?.to_string();
         staged
             .metadata()
             .write_to(&self.file_io, &MetadataLocation::from_str(&new)?)

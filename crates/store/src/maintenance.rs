@@ -39,7 +39,7 @@ use iceberg::table::Table;
 use iceberg::{Catalog, Error, ErrorKind, TableIdent};
 use tokio::sync::Mutex;
 
-use crate::catalog::{local_path, version_link, RedbCatalog};
+use crate::catalog::{local_path, metadata_location_of, version_link, RedbCatalog};
 use crate::error::Result;
 use crate::tables;
 
@@ -219,7 +219,7 @@ impl RedbCatalog {
         merged: Vec<DataFile>,
     ) -> Result<()> {
         let metadata = table.metadata();
-        let old = table.metadata_location_result()?.to_string();
+        let old = metadata_location_of(table)?.to_string();
         let Some(current) = metadata.current_snapshot() else {
             return Ok(());
         };
@@ -406,7 +406,7 @@ impl RedbCatalog {
         expiry: Expiry,
     ) -> iceberg::Result<Vec<PathBuf>> {
         let metadata = table.metadata();
-        let old = table.metadata_location_result()?.to_string();
+        let old = metadata_location_of(table)?.to_string();
         let built = metadata
             .clone()
             .into_builder(Some(old))

@@ -10,7 +10,9 @@
 //! door, when it is closed; what is left for a commit is to sync the
 //! directories that gained names (`data/`, `metadata/`), once each.
 //!
-//! Reads, listings and deletes are iceberg's local storage unchanged.
+//! The syncs run on tokio's blocking pool, so a commit waiting for the disk
+//! does not hold up the requests that share its worker thread. Reads,
+//! listings and deletes are iceberg's local storage unchanged.
 
 use std::fs::{self, File};
 use std::io::Write;
@@ -86,7 +88,7 @@ impl Storage for DurableFs {
         let path = local_path(path);
         let mut file = create(&path)?;
         file.write_all(&bs).map_err(io_error("writing", &path))?;
-        durable::sync_all(&file, &path).map_err(io_error("syncing", &path))
+        sync(file, path).await
     }
 
     async fn writer(&self, path: &str) -> Result<Box<dyn FileWrite>> {
@@ -141,6 +143,15 @@ impl FileWrite for DurableWrite {
             .file
             .take()
             .ok_or_else(|| Error::new(ErrorKind::Unexpected, "file closed twice"))?;
-        durable::sync_all(&file, &self.path).map_err(io_error("syncing", &self.path))
+        sync(file, self.path.clone()).await
     }
+}
+
+/// `fsync`s a written file through `durable`, on the blocking pool.
+async fn sync(file: File, path: PathBuf) -> Result<()> {
+    tokio::task::spawn_blocking(move || {
+        durable::sync_all(&file, &path).map_err(io_error("syncing", &path))
+    })
+    .await
+    .map_err(|e| Error::new(ErrorKind::Unexpected, format!("sync task failed: {e}")))?
 }
