@@ -48,13 +48,10 @@ impl StorageFactory for DurableFsFactory {
     }
 }
 
+/// The I/O error stays the source, so a full disk is still told apart
+/// (`ENOSPC` in the chain) from other failures above the store.
 fn io_error<'a>(what: &'a str, path: &'a Path) -> impl FnOnce(std::io::Error) -> Error + 'a {
-    move |e| {
-        Error::new(
-            ErrorKind::Unexpected,
-            format!("{what} {}: {e}", path.display()),
-        )
-    }
+    move |e| Error::new(ErrorKind::Unexpected, format!("{what} {}", path.display())).with_source(e)
 }
 
 /// Creates `path` (and its missing directories) for writing.
