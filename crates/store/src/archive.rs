@@ -346,7 +346,8 @@ fn live_meta(rows: Vec<MetaLogRow>, has_section: bool) -> Result<Metadata> {
 
 impl LiveArchive {
     /// Loads an archive from its tables, truncating the sidecar to the committed
-    /// end and rolling a half-finished meta commit forward.
+    /// end, rolling a half-finished meta commit forward, and laying out the
+    /// tables' path view again (a power cut can leave it a commit behind).
     pub(crate) async fn open(
         catalog: &RedbCatalog,
         id: &str,
@@ -359,6 +360,9 @@ impl LiveArchive {
         let meta_ident = TableIdent::new(ns.clone(), META.into());
         let files = tables::upgrade_files(catalog, catalog.load_table(&files_ident).await?).await?;
         let mut meta = catalog.load_table(&meta_ident).await?;
+        for ident in [&files_ident, &meta_ident] {
+            catalog.lay_out(ident).await;
+        }
         let append_seq = summary_u64(&files, APPEND_SEQ_KEY)?;
         if summary_u64(&meta, APPEND_SEQ_KEY)? < append_seq {
             if let Some(pending) = summary(&files, PENDING_META_KEY) {

@@ -238,8 +238,8 @@ impl RedbCatalog {
     ///
     /// Nothing here is synced: the pointer is the truth and these files are
     /// derived from it. A power cut can leave them one commit behind, naming
-    /// a version the metadata log still keeps, until the next commit lays
-    /// them out again.
+    /// a version the metadata log still keeps, until the next commit or the
+    /// archive's next open lays them out again.
     fn lay_out_for_paths(db: &Database, hints: &Mutex<()>, key: &str) -> Result<()> {
         let _one_at_a_time = lock(hints);
         let tx = db.begin_read().map_err(db_err)?;
@@ -362,11 +362,11 @@ impl RedbCatalog {
 }
 
 impl RedbCatalog {
-    /// Lays out `ident`'s metadata directory for path-based readers after a
-    /// commit. A failure is logged, not returned: the commit stands, and only
-    /// outside readers that go by path see the previous version until the
-    /// next commit.
-    async fn lay_out(&self, ident: &TableIdent) {
+    /// Lays out `ident`'s metadata directory for path-based readers, after a
+    /// commit and when an archive opens. A failure is logged, not returned:
+    /// the commit stands, and only outside readers that go by path see the
+    /// previous version until the next commit or open.
+    pub(crate) async fn lay_out(&self, ident: &TableIdent) {
         let (db, hints, key) = (
             Arc::clone(&self.db),
             Arc::clone(&self.hints),

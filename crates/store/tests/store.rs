@@ -591,3 +591,35 @@ async fn appends_wait_for_the_engine_memory_budget() {
     assert!(b_pulled.load(Ordering::SeqCst));
     assert_eq!(read(&store, "b", "b.txt").await, b"b");
 }
+
+/// The path view (`version-hint.text`, `vN.metadata.json`) is derived from
+/// the catalog: one left behind, as a power cut can leave it, is laid out
+/// again when the archive next opens.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stale_version_hint_is_laid_out_again_on_open() {
+    let tmp = tempfile::tempdir().unwrap();
+    let metadata = tmp.path().join("warehouse/znippy/h/files/metadata");
+    let current = {
+        let store = Store::open(tmp.path(), 2).await.unwrap();
+        create(&store, "h", false).await;
+        for i in 0..3 {
+            let name = format!("f{i}");
+            store
+                .append("h", vec![file(&name, b"x")], None)
+                .await
+                .unwrap();
+        }
+        store.close().await;
+        std::fs::read_to_string(metadata.join("version-hint.text")).unwrap()
+    };
+    let stale = current.parse::<u64>().unwrap() - 1;
+    std::fs::write(metadata.join("version-hint.text"), stale.to_string()).unwrap();
+    std::fs::remove_file(metadata.join(format!("v{current}.metadata.json"))).unwrap();
+
+    let store = Store::open(tmp.path(), 2).await.unwrap();
+    assert_eq!(store.info("h").await.unwrap().files, 3);
+    let hint = std::fs::read_to_string(metadata.join("version-hint.text")).unwrap();
+    assert_eq!(hint, current);
+    assert!(metadata.join(format!("v{current}.metadata.json")).exists());
+    store.close().await;
+}
