@@ -434,22 +434,29 @@ fn native_append_undo_removed() {
     native_append_dies_at("append.undo-removed", true);
 }
 
-/// The power cut has teeth: without the sidecar's sync, a power cut after an
-/// acknowledged append takes its blobs, and the store says so.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn without_the_sidecar_sync_a_power_cut_loses_an_acknowledged_append() {
-    let tmp = tempfile::tempdir().unwrap();
-    let (root, data) = (tmp.path(), tmp.path().join("data"));
-    let shadow = root.join("shadow");
+/// Creates the live archive `a` under `root/data`, appends one batch, and
+/// cuts the power with the syncs of paths containing `unsynced` left out.
+/// Returns the data directory as the machine finds it.
+fn append_then_power_cut(root: &Path, unsynced: &str) -> PathBuf {
+    let (data, shadow) = (root.join("data"), root.join("shadow"));
     let crash = Crash::Power {
         shadow: &shadow,
         kept: None,
-        unsynced: Some("/blobs/"),
+        unsynced: Some(unsynced),
     };
     ok_in(crash, &live(&data, &["create", "a"]));
     let (b0, _) = batch(root, 0);
     ok_in(crash, &live(&data, &["append", "a", s(&b0)]));
     crash.aftermath(&data);
+    data
+}
+
+/// The power cut has teeth: without the sidecar's sync, a power cut after an
+/// acknowledged append takes its blobs, and the store says so.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_the_sidecar_sync_a_power_cut_loses_an_acknowledged_append() {
+    let tmp = tempfile::tempdir().unwrap();
+    let data = append_then_power_cut(tmp.path(), "/blobs/");
     let store = Store::open(&data, 1).await.unwrap();
     match store.info("a").await {
         Err(
@@ -471,17 +478,7 @@ async fn without_the_sidecar_sync_a_power_cut_loses_an_acknowledged_append() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn without_the_table_file_syncs_a_power_cut_is_noticed() {
     let tmp = tempfile::tempdir().unwrap();
-    let (root, data) = (tmp.path(), tmp.path().join("data"));
-    let shadow = root.join("shadow");
-    let crash = Crash::Power {
-        shadow: &shadow,
-        kept: None,
-        unsynced: Some("/files/metadata/"),
-    };
-    ok_in(crash, &live(&data, &["create", "a"]));
-    let (b0, _) = batch(root, 0);
-    ok_in(crash, &live(&data, &["append", "a", s(&b0)]));
-    crash.aftermath(&data);
+    let data = append_then_power_cut(tmp.path(), "/files/metadata/");
     let lost = match Store::open(&data, 1).await {
         Err(e) => e,
         Ok(store) => {
