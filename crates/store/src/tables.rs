@@ -288,8 +288,9 @@ pub async fn write_batches(table: &Table, batches: Vec<RecordBatch>) -> Result<V
     let rows: usize = batches.iter().map(RecordBatch::num_rows).sum();
     // parquet sets up a zstd context pair per column chunk, written and read:
     // for the few rows of one append that costs more than the bytes it
-    // saves (it was the largest cost of a single-file commit). Those files
-    // live until compaction merges them, which writes zstd.
+    // saves (it was the largest cost of a single-file commit). The rule is
+    // by rows, whoever writes the file: a large append, or a compaction
+    // whose merged file reaches the threshold, writes zstd.
     let compression = match rows < COMPRESSED_FROM_ROWS {
         true => Compression::UNCOMPRESSED,
         false => Compression::ZSTD(ZstdLevel::default()),
