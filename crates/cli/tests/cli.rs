@@ -430,15 +430,7 @@ fn a_killed_append_is_undone_by_recover_or_by_the_next_append() {
     // long after its first blob lands on the old tail.
     let big = tmp.path().join("big");
     std::fs::create_dir(&big).unwrap();
-    let mut x = 0x9E37_79B9_7F4A_7C15u64;
-    let bytes: Vec<u8> = (0..32 << 20)
-        .flat_map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x.to_le_bytes()
-        })
-        .collect();
+    let bytes = znippy_testkit::data::noise(1, 256 << 20);
     std::fs::write(big.join("big.bin"), bytes).unwrap();
 
     kill_appending(&arc, &big, before.len() as u64);

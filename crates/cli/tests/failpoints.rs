@@ -19,6 +19,7 @@ use std::process::{Command, Output};
 use sha2::{Digest, Sha256};
 use znippy_format::{MetaSearch, MetaValue};
 use znippy_store::{Store, StoreError, TableKind};
+use znippy_testkit::data::text;
 
 /// How a test's changes die, and what they leave.
 #[derive(Clone, Copy)]
@@ -111,20 +112,9 @@ fn sha(path: &Path) -> [u8; 32] {
 fn batch(root: &Path, i: u64) -> (PathBuf, BTreeMap<String, Vec<u8>>) {
     let dir = root.join(format!("batch{i}"));
     std::fs::create_dir_all(&dir).unwrap();
-    let mut x = (i + 1).wrapping_mul(0x9e37_79b9_7f4a_7c15);
-    let mut bytes = |n: usize| -> Vec<u8> {
-        (0..n)
-            .map(|_| {
-                x ^= x << 13;
-                x ^= x >> 7;
-                x ^= x << 17;
-                b"znippy crash points "[(x >> 59) as usize % 20]
-            })
-            .collect()
-    };
     let files = BTreeMap::from([
-        (format!("x{i}"), bytes(5_000)),
-        (format!("y{i}"), bytes(1 << 20)),
+        (format!("x{i}"), text(2 * i, 5_000)),
+        (format!("y{i}"), text(2 * i + 1, 1 << 20)),
     ]);
     for (name, b) in &files {
         std::fs::write(dir.join(name), b).unwrap();

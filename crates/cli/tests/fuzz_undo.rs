@@ -13,7 +13,7 @@ use std::path::Path;
 use std::process::Command;
 
 use znippy_format::{recover, undo_path, Recovery};
-use znippy_testkit::fuzz;
+use znippy_testkit::{data, fuzz};
 
 #[global_allocator]
 static ALLOC: cap::Cap<System> = cap::Cap::new(System, 1 << 30);
@@ -30,9 +30,10 @@ fn znippy(args: &[&str], failpoint: Option<&str>) -> std::process::Output {
 fn tree(dir: &Path, seed: u8) {
     std::fs::create_dir_all(dir).unwrap();
     for i in 0..4u8 {
-        let bytes: Vec<u8> = (0..3000 + 700 * usize::from(i))
-            .map(|n| (n as u8).wrapping_mul(seed ^ i) ^ (n >> 7) as u8)
-            .collect();
+        let bytes = data::mixed(
+            u64::from(seed) * 4 + u64::from(i),
+            3000 + 700 * usize::from(i),
+        );
         std::fs::write(dir.join(format!("f{seed}-{i}")), bytes).unwrap();
     }
 }

@@ -13,6 +13,8 @@ use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use znippy_testkit::data::text;
+
 struct Serve {
     child: Child,
     addr: String,
@@ -103,17 +105,6 @@ fn read_response(mut s: TcpStream) -> std::io::Result<(u16, Vec<u8>)> {
     Ok((status, body))
 }
 
-fn content(seed: u64, len: usize) -> Vec<u8> {
-    let mut out = Vec::with_capacity(len + 32);
-    let mut i = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15);
-    while out.len() < len {
-        out.extend_from_slice(format!("{seed}:{i:x} ").as_bytes());
-        i = i.wrapping_add(0x2545_F491);
-    }
-    out.truncate(len);
-    out
-}
-
 fn list(addr: &str, id: &str) -> Vec<String> {
     let (status, body) = http(
         addr,
@@ -202,7 +193,7 @@ fn sigkill_during_uploads_loses_nothing_acknowledged() {
                     } else {
                         20_000 + (i as usize * 7919) % 50_000
                     };
-                    let body = content(round * 1_000_000 + t * 10_000 + i, size);
+                    let body = text(round * 1_000_000 + t * 10_000 + i, size);
                     match http(&addr, "PUT", &format!("/archives/k/files/{path}"), &body) {
                         Ok((200, _)) => {
                             acked.lock().unwrap().insert(path, body);
@@ -265,7 +256,7 @@ fn sigterm_finishes_the_upload_in_flight() {
     let mut s = serve(&data);
     let (st, _) = http(&s.addr, "POST", "/archives", br#"{"id":"g"}"#).unwrap();
     assert_eq!(st, 201);
-    let body = content(7, 4_000_000);
+    let body = text(7, 4_000_000);
     let mut conn = TcpStream::connect(&s.addr).unwrap();
     write!(
         conn,
@@ -315,13 +306,13 @@ fn tar_uploads_seal_to_what_compress_and_append_make_of_the_tars() {
     let src = tmp.path().join("src");
     let long = format!("deep/{}/name.txt", "d".repeat(120));
     let files: Vec<(&str, Vec<u8>)> = vec![
-        ("z/last.txt", content(1, 3000)),
-        ("a/first.txt", content(2, 5000)),
-        ("m.bin", content(3, 900_000)),
-        ("b.txt", content(4, 100)),
-        ("aa/x", content(5, 70_000)),
-        (long.as_str(), content(6, 4000)),
-        ("again", content(2, 5000)),
+        ("z/last.txt", text(1, 3000)),
+        ("a/first.txt", text(2, 5000)),
+        ("m.bin", text(3, 900_000)),
+        ("b.txt", text(4, 100)),
+        ("aa/x", text(5, 70_000)),
+        (long.as_str(), text(6, 4000)),
+        ("again", text(2, 5000)),
         ("c/empty", Vec::new()),
     ];
     for (p, b) in &files {

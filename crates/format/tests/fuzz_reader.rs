@@ -96,7 +96,7 @@ impl Seed {
 
 /// Mutates `bytes` anywhere, or (half the time) inside one section, then
 /// puts the section's new hash where the manifest holds its old one.
-fn mutate(rng: &mut fuzz::Rng, bytes: &[u8], seed: &Seed) -> Vec<u8> {
+fn mutate(rng: &mut znippy_testkit::data::Rng, bytes: &[u8], seed: &Seed) -> Vec<u8> {
     if seed.sections.is_empty() || rng.below(2) == 0 {
         return fuzz::mutate(rng, bytes.to_vec(), true);
     }

@@ -197,10 +197,3 @@ fn get_reads_and_decodes_a_pack_only_as_far_as_the_file() {
         "{blob_bytes:?}"
     );
 }
-
-/// Half text, half noise: compresses, but not to nothing.
-fn mixed(seed: u64, len: usize) -> Vec<u8> {
-    let mut b = text(seed, len / 2);
-    b.extend(noise(seed, len - len / 2));
-    b
-}

@@ -10,20 +10,7 @@ use common::{assert_no_token, cli_reference, live_batches, noise, play, text, St
 use sha2::{Digest, Sha256};
 use znippy_format::ArchiveProps;
 use znippy_seal::seal;
-
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-}
+use znippy_testkit::data::Rng;
 
 const TOKEN_LEN: usize = 22;
 
@@ -31,13 +18,13 @@ const TOKEN_LEN: usize = 22;
 fn content(rng: &mut Rng, serial: u64, chunk: usize) -> Vec<u8> {
     let len = match rng.below(10) {
         0 => 0,
-        1 => rng.below(60) as usize,
-        2..=6 => rng.below(16 << 10) as usize + 1,
+        1 => rng.below(60),
+        2..=6 => rng.below(16 << 10) + 1,
         7 => 16 << 10,
         8 => chunk * 2,
-        _ => rng.below(3 * chunk as u64) as usize + (16 << 10) + 1,
+        _ => rng.below(3 * chunk) + (16 << 10) + 1,
     };
-    let seed = rng.next();
+    let seed = rng.next_u64();
     let mut bytes = if rng.below(3) == 0 {
         noise(seed, len)
     } else {
@@ -54,13 +41,13 @@ fn token(serial: u64) -> Vec<u8> {
 }
 
 fn history(seed: u64, chunk: usize) -> Vec<Step> {
-    let mut rng = Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1);
+    let mut rng = Rng::new(seed);
     let mut pool: Vec<Vec<u8>> = Vec::new();
     let mut live: Vec<String> = Vec::new();
     let mut steps = Vec::new();
     for _ in 0..rng.below(6) + 2 {
         if !live.is_empty() && rng.below(4) == 0 {
-            let p = live.swap_remove(rng.below(live.len() as u64) as usize);
+            let p = live.swap_remove(rng.below(live.len()));
             steps.push(Step::Delete(p));
             continue;
         }
@@ -71,7 +58,7 @@ fn history(seed: u64, chunk: usize) -> Vec<Step> {
                 continue;
             }
             let bytes = if !pool.is_empty() && rng.below(4) == 0 {
-                pool[rng.below(pool.len() as u64) as usize].clone()
+                pool[rng.below(pool.len())].clone()
             } else {
                 let c = content(&mut rng, pool.len() as u64, chunk);
                 pool.push(c.clone());

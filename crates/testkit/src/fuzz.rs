@@ -8,21 +8,7 @@ use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-/// xorshift64: fast, and the same run for the same seed.
-pub struct Rng(pub u64);
-impl Rng {
-    /// The next 64 random bits.
-    pub fn next_u64(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-    /// A number in `0..n` (0 when `n` is 0).
-    pub fn below(&mut self, n: usize) -> usize {
-        (self.next_u64() % n.max(1) as u64) as usize
-    }
-}
+use crate::data::Rng;
 
 /// Values that sit on the edges of the fields they land in.
 const INTERESTING: [u64; 9] = [
@@ -207,7 +193,7 @@ pub fn run_with<S>(
         .or(saved.next)
         .unwrap_or(0x5eed);
     let tmp = tempfile::tempdir().unwrap();
-    let mut rng = Rng(seed | 1);
+    let mut rng = Rng::from_state(seed);
     let start = Instant::now();
     let deadline = start + Duration::from_secs(secs);
     // When the running case started (ms since `start`), for the watchdog.
@@ -226,7 +212,7 @@ pub fn run_with<S>(
     let mut kept = Corpus::default();
     let mut one = |state: u64| {
         CASE_STARTED.store(start.elapsed().as_millis() as u64, Ordering::Relaxed);
-        let mut r = Rng(state | 1);
+        let mut r = Rng::from_state(state);
         let (seed_bytes, seed_info) = &seeds[r.below(seeds.len())];
         let input = mutator(&mut r, seed_bytes, seed_info);
         let outcome = catch_unwind(AssertUnwindSafe(|| {
@@ -258,7 +244,7 @@ pub fn run_with<S>(
         seen.len()
     );
     if std::env::var_os("ZNIPPY_FUZZ_SAVE").is_some() {
-        kept.next = Some(rng.0);
+        kept.next = Some(rng.state());
         kept.save(corpus);
     }
     assert!(iterations > 0);

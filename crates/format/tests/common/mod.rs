@@ -20,7 +20,7 @@ use znippy_format::{
 };
 // Each test binary takes what it needs of these.
 #[allow(unused_imports)]
-pub use znippy_testkit::data::{noise, text};
+pub use znippy_testkit::data::{mixed, noise, text};
 
 /// Writes `files` (path, bytes, mode) below `root`.
 pub fn write_tree(root: &Path, files: &[(String, Vec<u8>, u32)]) {

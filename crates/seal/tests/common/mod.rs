@@ -11,7 +11,7 @@ use znippy_format::{append, compress, ArchiveProps, InputFile, MetaUpdate, Metad
 use znippy_store::{CreateOptions, Store};
 // Each test binary takes what it needs of these.
 #[allow(unused_imports)]
-pub use znippy_testkit::data::noise;
+pub use znippy_testkit::data::{noise, text};
 
 /// One step of an archive's life.
 #[derive(Debug, Clone)]
@@ -171,21 +171,4 @@ pub fn planted(mut bytes: Vec<u8>, token: &[u8]) -> Vec<u8> {
         bytes[at..at + token.len()].copy_from_slice(token);
     }
     bytes
-}
-
-/// Compressible bytes: a third letters, the rest noise.
-pub fn text(seed: u64, len: usize) -> Vec<u8> {
-    let mut x = seed | 1;
-    (0..len)
-        .map(|i| {
-            x = x
-                .wrapping_mul(6364136223846793005)
-                .wrapping_add(1442695040888963407);
-            if i % 3 != 0 {
-                b'a' + (x >> 61) as u8
-            } else {
-                (x >> 33) as u8
-            }
-        })
-        .collect()
 }
