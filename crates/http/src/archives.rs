@@ -5,45 +5,127 @@ use axum::extract::State;
 use axum::http::{HeaderMap, Method, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use serde::Deserialize;
-use serde_json::{json, Value};
+use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
 use znippy_format::ArchiveProps;
-use znippy_store::{ArchiveInfo, CreateOptions, State as ArchiveState};
+use znippy_store::{CreateOptions, State as ArchiveState};
 
 use crate::error::{ApiError, ErrorCode};
 use crate::extract::ApiPath;
+use crate::openapi::{self, archive_id, ArchiveId, RangeHeaders};
 use crate::ranged::{self, Ranged};
 use crate::{read_json, AppState};
 
-#[derive(Deserialize)]
+/// Unknown fields are refused (bad_body). Omitted properties take the defaults.
+#[derive(Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
-struct Create {
+#[schema(as = CreateArchive)]
+pub(crate) struct Create {
+    #[schema(schema_with = archive_id)]
     id: String,
+    /// Size of the pieces large files are cut into, in bytes, 4096 to 67108864 (default
+    /// 2097152; null is the default). The service also refuses properties whose appends would
+    /// need more than its whole --engine-memory (bad_property).
+    #[schema(minimum = 4096, maximum = 67108864)]
     chunk_size: Option<u64>,
+    /// Files up to this size are packed together; must be smaller than chunk_size (default
+    /// 524288; null is the default).
     pack_threshold: Option<u64>,
+    /// zstd level, -131072 to 22 (default 3; null is the default).
+    #[schema(minimum = -131072, maximum = 22)]
     level: Option<i32>,
     /// Start with an (empty) metadata section.
     #[serde(default)]
+    #[schema(default = false)]
     metadata: bool,
 }
 
-pub(crate) fn info_json(i: &ArchiveInfo) -> Value {
-    json!({
-        "id": i.id,
-        "state": match i.state { ArchiveState::Live => "live", ArchiveState::Sealed => "sealed" },
-        "chunk_size": i.props.chunk_size,
-        "pack_threshold": i.props.pack_threshold,
-        "level": i.props.level,
-        "metadata": i.with_meta,
-        "files": i.files,
-        "bytes_in": i.bytes_in,
-        "bytes_stored": i.bytes_stored,
-        "bytes_read": i.bytes_read,
-        "snapshot_id": i.snapshot_id,
-        "appends": i.appends,
-    })
+/// An archive, as the routes that name one answer.
+#[derive(Serialize, ToSchema)]
+#[schema(as = ArchiveInfo)]
+pub(crate) struct Archive {
+    id: String,
+    #[schema(inline)]
+    state: StateName,
+    chunk_size: u64,
+    pack_threshold: u64,
+    level: i32,
+    /// Whether the archive has a metadata section.
+    metadata: bool,
+    /// Live files.
+    files: u64,
+    /// Sum of the live files' sizes.
+    bytes_in: u64,
+    /// Committed bytes of the sidecar (blob region).
+    bytes_stored: u64,
+    /// Bytes read from the sidecar (or the sealed file) since this server opened it.
+    bytes_read: u64,
+    /// The current snapshot of the files table; null before the first append.
+    #[schema(required)]
+    snapshot_id: Option<i64>,
+    /// Appends (and deletes) committed.
+    appends: u64,
 }
 
+#[derive(Serialize, ToSchema)]
+#[serde(rename_all = "lowercase")]
+enum StateName {
+    Live,
+    Sealed,
+}
+
+impl From<znippy_store::ArchiveInfo> for Archive {
+    fn from(i: znippy_store::ArchiveInfo) -> Self {
+        Archive {
+            id: i.id,
+            state: match i.state {
+                ArchiveState::Live => StateName::Live,
+                ArchiveState::Sealed => StateName::Sealed,
+            },
+            chunk_size: i.props.chunk_size,
+            pack_threshold: i.props.pack_threshold,
+            level: i.props.level,
+            metadata: i.with_meta,
+            files: i.files,
+            bytes_in: i.bytes_in,
+            bytes_stored: i.bytes_stored,
+            bytes_read: i.bytes_read,
+            snapshot_id: i.snapshot_id,
+            appends: i.appends,
+        }
+    }
+}
+
+#[derive(Serialize, ToSchema)]
+pub(crate) struct ArchiveList {
+    archives: Vec<Archive>,
+}
+
+/// Create a live archive
+#[utoipa::path(
+    post, path = "/archives", tag = "archives", operation_id = "createArchive",
+    security(("bearer" = [])),
+    request_body(
+        content = Create,
+        description = "JSON of at most 1 MiB. The Content-Type is not checked.",
+    ),
+    responses(
+        (status = 201, description = "Created.", body = Archive),
+        (status = 400, description = "bad_body (not JSON, or an unknown field), bad_id, \
+            bad_property (chunk_size, pack_threshold or level out of range, or an archive whose \
+            one append would need more engine memory than the service's whole \
+            --engine-memory).", body = crate::error::ErrorBody),
+        (status = 401, response = openapi::Unauthorized),
+        (status = 403, response = openapi::Forbidden),
+        (status = 408, response = openapi::TooSlow),
+        (status = 409, description = "exists: an archive with this id exists.",
+            body = crate::error::ErrorBody),
+        (status = 413, description = "too_large: the JSON body exceeds 1 MiB.",
+            body = crate::error::ErrorBody),
+        (status = 500, response = openapi::Internal),
+        (status = 507, response = openapi::NoSpace),
+    ),
+)]
 pub(crate) async fn create(State(app): State<AppState>, body: Body) -> Result<Response, ApiError> {
     let req: Create = read_json(body).await?;
     let d = ArchiveProps::default();
@@ -56,24 +138,63 @@ pub(crate) async fn create(State(app): State<AppState>, body: Body) -> Result<Re
         with_meta: req.metadata,
     };
     let info = app.store.create(&req.id, opts).await?;
-    Ok((StatusCode::CREATED, Json(info_json(&info))).into_response())
+    Ok((StatusCode::CREATED, Json(Archive::from(info))).into_response())
 }
 
-pub(crate) async fn list(State(app): State<AppState>) -> Result<Json<Value>, ApiError> {
-    let mut out = Vec::new();
+/// List archives
+#[utoipa::path(
+    get, path = "/archives", tag = "archives", operation_id = "listArchives",
+    security((), ("bearer" = [])),
+    responses(
+        (status = 200, description = "Every archive, live and sealed.", body = ArchiveList),
+        (status = 401, response = openapi::Unauthorized),
+        (status = 403, response = openapi::Forbidden),
+        (status = 500, response = openapi::Internal),
+    ),
+)]
+pub(crate) async fn list(State(app): State<AppState>) -> Result<Json<ArchiveList>, ApiError> {
+    let mut archives = Vec::new();
     for id in app.store.list().await? {
-        out.push(info_json(&app.store.info(&id).await?));
+        archives.push(app.store.info(&id).await?.into());
     }
-    Ok(Json(json!({ "archives": out })))
+    Ok(Json(ArchiveList { archives }))
 }
 
+/// Inspect an archive
+#[utoipa::path(
+    get, path = "/archives/{id}", tag = "archives", operation_id = "getArchive",
+    params(ArchiveId),
+    security((), ("bearer" = [])),
+    responses(
+        (status = 200, description = "The archive.", body = Archive),
+        (status = 400, response = openapi::BadId),
+        (status = 401, response = openapi::Unauthorized),
+        (status = 403, response = openapi::Forbidden),
+        (status = 404, response = openapi::NoArchive),
+        (status = 500, response = openapi::Internal),
+    ),
+)]
 pub(crate) async fn inspect(
     State(app): State<AppState>,
     ApiPath(id): ApiPath<String>,
-) -> Result<Json<Value>, ApiError> {
-    Ok(Json(info_json(&app.store.info(&id).await?)))
+) -> Result<Json<Archive>, ApiError> {
+    Ok(Json(app.store.info(&id).await?.into()))
 }
 
+/// Drop an archive (its tables, sidecar and sealed file)
+#[utoipa::path(
+    delete, path = "/archives/{id}", tag = "archives", operation_id = "dropArchive",
+    params(ArchiveId),
+    security(("bearer" = [])),
+    responses(
+        (status = 204, description = "Dropped."),
+        (status = 400, response = openapi::BadId),
+        (status = 401, response = openapi::Unauthorized),
+        (status = 403, response = openapi::Forbidden),
+        (status = 404, response = openapi::NoArchive),
+        (status = 500, response = openapi::Internal),
+    ),
+)]
 pub(crate) async fn drop_archive(
     State(app): State<AppState>,
     ApiPath(id): ApiPath<String>,
@@ -82,26 +203,70 @@ pub(crate) async fn drop_archive(
     Ok(StatusCode::NO_CONTENT)
 }
 
+#[derive(Serialize, ToSchema)]
+pub(crate) struct SealReceipt {
+    id: String,
+    /// Length of the sealed .znippy.
+    size: u64,
+    /// BLAKE3 of the sealed file's tail (bytes from blob_end to the end), hex: names every
+    /// file's content, the metadata and the properties; computed from the index alone.
+    #[schema(pattern = "^[0-9a-f]{64}$")]
+    identity: String,
+    /// Whether only the tail was written after the live blobs (nothing was replaced or
+    /// deleted).
+    in_place: bool,
+    /// Blobs copied unchanged by the re-pack (0 in place).
+    blobs_copied: u64,
+    /// Their bytes.
+    bytes_copied: u64,
+    /// Blobs rebuilt from their live files, because their members changed (0 in place).
+    blobs_rebuilt: u64,
+    /// Of those, the ones compressed again.
+    codec_runs: u64,
+    /// Tail bytes written.
+    tail_bytes: u64,
+    /// /archives/{id}/archive.znippy
+    download: String,
+}
+
+/// Seal: publish the archive as an immutable .znippy
+///
+/// Runs to the end even if the client hangs up. Sealing a sealed archive returns the same
+/// file. Afterwards appends and deletes are refused (409 sealed). No request body.
+#[utoipa::path(
+    post, path = "/archives/{id}/seal", tag = "archives", operation_id = "sealArchive",
+    params(ArchiveId),
+    security(("bearer" = [])),
+    responses(
+        (status = 200, description = "Sealed.", body = SealReceipt),
+        (status = 400, response = openapi::BadId),
+        (status = 401, response = openapi::Unauthorized),
+        (status = 403, response = openapi::Forbidden),
+        (status = 404, response = openapi::NoArchive),
+        (status = 500, response = openapi::Internal),
+        (status = 507, response = openapi::NoSpace),
+    ),
+)]
 pub(crate) async fn seal(
     State(app): State<AppState>,
     ApiPath(id): ApiPath<String>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<SealReceipt>, ApiError> {
     // On its own task: a client that hangs up does not cut a seal short.
     let store = app.store.clone();
     let task = tokio::spawn(async move {
         let r = znippy_seal::seal(&store, &id).await?;
-        Ok::<_, ApiError>(json!({
-            "id": id,
-            "size": r.size,
-            "identity": blake3_hex(&r.identity),
-            "in_place": r.in_place,
-            "blobs_copied": r.repack.blobs_copied,
-            "bytes_copied": r.repack.bytes_copied,
-            "blobs_rebuilt": r.repack.blobs_rebuilt,
-            "codec_runs": r.repack.codec_runs,
-            "tail_bytes": r.tail_bytes,
-            "download": format!("/archives/{id}/archive.znippy"),
-        }))
+        Ok::<_, ApiError>(SealReceipt {
+            size: r.size,
+            identity: blake3_hex(&r.identity),
+            in_place: r.in_place,
+            blobs_copied: r.repack.blobs_copied,
+            bytes_copied: r.repack.bytes_copied,
+            blobs_rebuilt: r.repack.blobs_rebuilt,
+            codec_runs: r.repack.codec_runs,
+            tail_bytes: r.tail_bytes,
+            download: format!("/archives/{id}/archive.znippy"),
+            id,
+        })
     });
     let body = task
         .await
@@ -113,6 +278,29 @@ fn blake3_hex(h: &[u8; 32]) -> String {
     h.iter().map(|b| format!("{b:02x}")).collect()
 }
 
+/// Download the sealed archive (Range, ETag)
+///
+/// The sealed .znippy (409 not_sealed while the archive is live). ETag:
+/// "<id>-<snapshot>-<length>".
+#[utoipa::path(
+    get, path = "/archives/{id}/archive.znippy", tag = "archives",
+    operation_id = "downloadArchive",
+    params(ArchiveId, RangeHeaders),
+    security((), ("bearer" = [])),
+    responses(
+        (status = 200, response = openapi::WholeBody),
+        (status = 206, response = openapi::PartialBody),
+        (status = 304, response = openapi::NotModified),
+        (status = 400, response = openapi::BadId),
+        (status = 401, response = openapi::Unauthorized),
+        (status = 403, response = openapi::Forbidden),
+        (status = 404, response = openapi::NoArchive),
+        (status = 409, description = "not_sealed: the archive is live; seal it first.",
+            body = crate::error::ErrorBody),
+        (status = 416, response = openapi::BadRange),
+        (status = 500, response = openapi::Internal),
+    ),
+)]
 pub(crate) async fn download(
     State(app): State<AppState>,
     ApiPath(id): ApiPath<String>,
@@ -141,4 +329,35 @@ pub(crate) async fn download(
         }),
     };
     Ok(ranged::respond(&app, &method, &headers, src).await)
+}
+
+/// The sealed archive's headers
+///
+/// As GET, without the body.
+#[utoipa::path(
+    head, path = "/archives/{id}/archive.znippy", tag = "archives",
+    operation_id = "headArchive",
+    params(ArchiveId, RangeHeaders),
+    security((), ("bearer" = [])),
+    responses(
+        (status = 200, response = openapi::WholeHeaders),
+        (status = 206, response = openapi::PartialHeaders),
+        (status = 304, response = openapi::NotModified),
+        (status = 400, response = openapi::BadId),
+        (status = 401, response = openapi::Unauthorized),
+        (status = 403, response = openapi::Forbidden),
+        (status = 404, response = openapi::NoArchive),
+        (status = 409, description = "not_sealed: the archive is live; seal it first.",
+            body = crate::error::ErrorBody),
+        (status = 416, response = openapi::BadRange),
+        (status = 500, response = openapi::Internal),
+    ),
+)]
+pub(crate) async fn head_download(
+    state: State<AppState>,
+    id: ApiPath<String>,
+    method: Method,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
+    download(state, id, method, headers).await
 }

@@ -174,16 +174,24 @@ impl ApiError {
     }
 }
 
-/// The JSON body of an error, shared with the answers that replace hyper's
-/// own (`parse_errors.rs`) so that both keep one shape.
-#[derive(Serialize)]
+// The JSON body of an error, shared with the answers that replace hyper's
+// own (`parse_errors.rs`) so that both keep one shape. Its doc comment is
+// the API description's.
+/// Every failure of the service's own routes (everything outside /iceberg/v1), and of requests
+/// the HTTP layer cannot parse (bad_request 400, uri_too_long 414, headers_too_large 431, on
+/// any route).
+#[derive(Serialize, utoipa::ToSchema)]
+#[schema(as = Error)]
 pub(crate) struct ErrorBody<'a> {
+    #[schema(inline)]
     error: ErrorDetail<'a>,
 }
 
-#[derive(Serialize)]
+#[derive(Serialize, utoipa::ToSchema)]
 struct ErrorDetail<'a> {
+    #[schema(inline)]
     code: ErrorCode,
+    /// For people; may change.
     message: &'a str,
 }
 
@@ -401,24 +409,5 @@ mod tests {
         let (status, body) = response(ApiError::from(corrupt));
         assert_eq!(status, StatusCode::INTERNAL_SERVER_ERROR);
         assert_eq!(body["error"]["code"], "corrupt");
-    }
-
-    /// The OpenAPI document names exactly the codes there are.
-    #[test]
-    fn openapi_lists_every_code() {
-        let doc: serde_json::Value =
-            serde_json::from_str(include_str!("../../../docs/openapi.json")).unwrap();
-        let listed = &doc["components"]["schemas"]["Error"]["properties"]["error"]["properties"]
-            ["code"]["enum"];
-        let mut listed: Vec<&str> = listed
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|v| v.as_str().unwrap())
-            .collect();
-        let mut codes: Vec<&str> = ErrorCode::ALL.iter().map(|c| c.as_str()).collect();
-        listed.sort_unstable();
-        codes.sort_unstable();
-        assert_eq!(listed, codes);
     }
 }

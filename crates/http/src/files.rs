@@ -4,12 +4,13 @@ use axum::extract::State;
 use axum::http::{HeaderMap, HeaderValue, Method};
 use axum::response::Response;
 use axum::Json;
-use serde::Deserialize;
-use serde_json::{json, Value};
+use serde::{Deserialize, Serialize};
+use utoipa::{IntoParams, ToSchema};
 use znippy_format::Kind;
 
-use crate::error::{ApiError, ErrorCode};
+use crate::error::{ApiError, ErrorBody, ErrorCode};
 use crate::extract::{ApiPath, ApiQuery};
+use crate::openapi::{self, ArchiveId, FilePath, RangeHeaders};
 use crate::ranged::{self, Ranged};
 use crate::AppState;
 
@@ -17,21 +18,73 @@ use crate::AppState;
 const PAGE: usize = 1000;
 const MAX_PAGE: usize = 10_000;
 
-#[derive(Deserialize)]
+#[derive(Deserialize, IntoParams)]
 #[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
 pub(crate) struct ListQuery {
+    /// Only paths starting with this (default: all).
     #[serde(default)]
+    #[param(default = "")]
     prefix: String,
-    /// The `next` of the previous page.
+    /// The next of the previous page: list paths after this one.
     after: Option<String>,
+    /// Page size, 1 to 10000 (otherwise 400 bad_limit).
+    #[param(minimum = 1, maximum = 10000, default = 1000)]
     limit: Option<usize>,
 }
 
+/// One live file.
+#[derive(Serialize, ToSchema)]
+pub(crate) struct FileEntry {
+    path: String,
+    #[serde(rename = "type")]
+    #[schema(schema_with = kind_schema)]
+    kind: &'static str,
+    /// Bytes.
+    size: u64,
+    /// Unix permission bits as a number (420 = 0644); null when none was recorded.
+    #[schema(required)]
+    mode: Option<u32>,
+    /// Number of slices (index rows).
+    slices: u64,
+}
+
+fn kind_schema() -> utoipa::openapi::RefOr<utoipa::openapi::schema::Schema> {
+    openapi::schema(serde_json::json!({
+        "type": "string",
+        "enum": ([Kind::File, Kind::Symlink, Kind::Dir].map(|k| k.name())),
+        "description": "A regular file, a symbolic link (its target is its content) or an \
+            empty directory.",
+    }))
+}
+
+#[derive(Serialize, ToSchema)]
+pub(crate) struct FileList {
+    files: Vec<FileEntry>,
+    /// Pass as ?after= for the next page; null on the last page.
+    #[schema(required)]
+    next: Option<String>,
+}
+
+/// List live files by prefix, paged, in path order
+#[utoipa::path(
+    get, path = "/archives/{id}/files", tag = "files", operation_id = "listFiles",
+    params(ArchiveId, ListQuery),
+    security((), ("bearer" = [])),
+    responses(
+        (status = 200, description = "One page.", body = FileList),
+        (status = 400, response = openapi::QueryRejected),
+        (status = 401, response = openapi::Unauthorized),
+        (status = 403, response = openapi::Forbidden),
+        (status = 404, response = openapi::NoArchive),
+        (status = 500, response = openapi::Internal),
+    ),
+)]
 pub(crate) async fn list(
     State(app): State<AppState>,
     ApiPath(id): ApiPath<String>,
     ApiQuery(q): ApiQuery<ListQuery>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<FileList>, ApiError> {
     let limit = q.limit.unwrap_or(PAGE);
     if limit == 0 || limit > MAX_PAGE {
         return Err(ApiError::bad_request(
@@ -50,21 +103,43 @@ pub(crate) async fn list(
     } else {
         None
     };
-    let files: Vec<Value> = page
-        .iter()
+    let files = page
+        .into_iter()
         .map(|e| {
-            Ok(json!({
-                "path": e.path,
-                "type": e.kind()?.name(),
-                "size": e.size,
-                "mode": e.mode.map(|m| m & 0o7777),
-                "slices": e.slices,
-            }))
+            Ok(FileEntry {
+                kind: e.kind()?.name(),
+                size: e.size,
+                mode: e.mode.map(|m| m & 0o7777),
+                slices: e.slices,
+                path: e.path,
+            })
         })
         .collect::<Result<_, znippy_format::Error>>()?;
-    Ok(Json(json!({ "files": files, "next": next })))
+    Ok(Json(FileList { files, next }))
 }
 
+/// Read one file (Range, ETag)
+///
+/// The file's bytes, verified slice by slice; only the slices a range touches are read. The
+/// ETag is derived from the file's slice checksums. Bodies over 4 MiB stream: a failure after
+/// the status was sent cuts the body short of its Content-Length. A sealed archive's files are
+/// read from the sealed .znippy.
+#[utoipa::path(
+    get, path = "/archives/{id}/files/{*path}", tag = "files", operation_id = "getFile",
+    params(ArchiveId, FilePath, RangeHeaders),
+    security((), ("bearer" = [])),
+    responses(
+        (status = 200, response = openapi::FileBody),
+        (status = 206, response = openapi::PartialBody),
+        (status = 304, response = openapi::NotModified),
+        (status = 400, response = openapi::BadId),
+        (status = 401, response = openapi::Unauthorized),
+        (status = 403, response = openapi::Forbidden),
+        (status = 404, description = "no_archive or no_file.", body = ErrorBody),
+        (status = 416, response = openapi::BadRange),
+        (status = 500, response = openapi::Internal),
+    ),
+)]
 pub(crate) async fn get_file(
     State(app): State<AppState>,
     ApiPath((id, path)): ApiPath<(String, String)>,
@@ -113,13 +188,70 @@ pub(crate) async fn get_file(
     Ok(ranged::respond(&app, &method, &headers, src).await)
 }
 
+/// One file's headers
+///
+/// As GET, without the body.
+#[utoipa::path(
+    head, path = "/archives/{id}/files/{*path}", tag = "files", operation_id = "headFile",
+    params(ArchiveId, FilePath, RangeHeaders),
+    security((), ("bearer" = [])),
+    responses(
+        (status = 200, response = openapi::WholeHeaders),
+        (status = 206, response = openapi::PartialHeaders),
+        (status = 304, response = openapi::NotModified),
+        (status = 400, response = openapi::BadId),
+        (status = 401, response = openapi::Unauthorized),
+        (status = 403, response = openapi::Forbidden),
+        (status = 404, description = "no_archive or no_file.", body = ErrorBody),
+        (status = 416, response = openapi::BadRange),
+        (status = 500, response = openapi::Internal),
+    ),
+)]
+pub(crate) async fn head_file(
+    state: State<AppState>,
+    path: ApiPath<(String, String)>,
+    method: Method,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
+    get_file(state, path, method, headers).await
+}
+
+#[derive(Serialize, ToSchema)]
+pub(crate) struct DeletedFile {
+    /// The path.
+    deleted: String,
+    /// The files-table snapshot of the tombstone.
+    snapshot_id: i64,
+}
+
+/// Delete one file (a tombstone append)
+///
+/// Metadata about the path stays.
+#[utoipa::path(
+    delete, path = "/archives/{id}/files/{*path}", tag = "files", operation_id = "deleteFile",
+    params(ArchiveId, FilePath),
+    security(("bearer" = [])),
+    responses(
+        (status = 200, description = "Deleted.", body = DeletedFile),
+        (status = 400, response = openapi::BadId),
+        (status = 401, response = openapi::Unauthorized),
+        (status = 403, response = openapi::Forbidden),
+        (status = 404, description = "no_archive or no_file.", body = ErrorBody),
+        (status = 409, description = "sealed, or conflict.", body = ErrorBody),
+        (status = 500, response = openapi::Internal),
+        (status = 507, response = openapi::NoSpace),
+    ),
+)]
 pub(crate) async fn delete_file(
     State(app): State<AppState>,
     ApiPath((id, path)): ApiPath<(String, String)>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<DeletedFile>, ApiError> {
     znippy_format::validate_path(&path)?;
-    let snapshot = app.store.delete_file(&id, &path).await?;
-    Ok(Json(json!({ "deleted": path, "snapshot_id": snapshot })))
+    let snapshot_id = app.store.delete_file(&id, &path).await?;
+    Ok(Json(DeletedFile {
+        deleted: path,
+        snapshot_id,
+    }))
 }
 
 /// A link target as a header value: bytes outside printable ASCII, and `%`,

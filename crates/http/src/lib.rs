@@ -27,7 +27,9 @@
 //!   as a namespace holding its `files` and `meta` tables, so DuckDB, pyiceberg,
 //!   Spark or Trino query live archives with their own Iceberg readers.
 //!
-//! The routes are listed in `docs/openapi.json`, served at `/openapi.json`.
+//! - **API description** (`openapi.rs`): each handler carries its operation,
+//!   the router is built from the handlers, and `/openapi.json` serves the
+//!   document they make (checked in as `docs/openapi.json`).
 
 mod archives;
 mod auth;
@@ -38,6 +40,7 @@ mod files;
 mod meta;
 mod multipart;
 mod observe;
+mod openapi;
 mod paced;
 mod parse_errors;
 mod ranged;
@@ -52,17 +55,16 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum::extract::DefaultBodyLimit;
-use axum::routing::{get, post, put};
 use axum::Router;
+use utoipa::OpenApi as _;
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
 use znippy_store::Store;
 pub use znippy_store::StoreOptions;
 
 pub use error::{ApiError, ErrorCode};
 pub use observe::Metrics;
 pub use paced::MIN_PROGRESS;
-
-/// The API description served at `/openapi.json`.
-pub const OPENAPI: &str = include_str!("../../../docs/openapi.json");
 
 /// The default for [`Config::max_body`]: 64 GiB.
 pub const DEFAULT_MAX_BODY: u64 = 64 << 30;
@@ -147,44 +149,62 @@ pub(crate) struct AppState {
     pub store: Arc<Store>,
     pub config: Arc<Config>,
     pub metrics: Arc<Metrics>,
+    /// The API description, as `/openapi.json` serves it.
+    pub openapi: Arc<str>,
+}
+
+/// Every route, from the handlers that document themselves: those that
+/// `--token` guards, those it never does, and the document they make (JSON).
+fn routes() -> (Router<AppState>, Router<AppState>, String) {
+    let (rest, rest_doc) = rest_catalog::routes();
+    let (guarded, doc) = OpenApiRouter::with_openapi(openapi::ApiDoc::openapi())
+        .routes(routes!(archives::create, archives::list))
+        .routes(routes!(archives::inspect, archives::drop_archive))
+        .routes(routes!(upload::post_files, files::list))
+        .routes(routes!(
+            upload::put_file,
+            files::get_file,
+            files::head_file,
+            files::delete_file
+        ))
+        .routes(routes!(meta::search, meta::set))
+        .routes(routes!(archives::seal))
+        .routes(routes!(archives::download, archives::head_download))
+        .split_for_parts();
+    let (open, open_doc) = OpenApiRouter::new()
+        .routes(routes!(healthz))
+        .routes(routes!(observe::render))
+        .routes(routes!(serve_openapi))
+        .split_for_parts();
+    let doc = doc.nest("/iceberg/v1", rest_doc).merge_from(open_doc);
+    (
+        guarded.nest("/iceberg/v1", rest),
+        open,
+        openapi::finish(doc),
+    )
+}
+
+/// The API description `/openapi.json` serves, as JSON.
+pub fn openapi_json() -> String {
+    routes().2
 }
 
 /// The service's routes over `store`.
 pub fn router(store: Arc<Store>, config: Config) -> Router {
+    let (guarded, open, openapi) = routes();
     let state = AppState {
         store,
         config: Arc::new(config),
         metrics: Arc::new(Metrics::default()),
+        openapi: openapi.into(),
     };
-    let api = Router::new()
-        .route("/archives", post(archives::create).get(archives::list))
-        .route(
-            "/archives/{id}",
-            get(archives::inspect).delete(archives::drop_archive),
-        )
-        .route(
-            "/archives/{id}/files",
-            post(upload::post_files).get(files::list),
-        )
-        .route(
-            "/archives/{id}/files/{*path}",
-            put(upload::put_file)
-                .get(files::get_file)
-                .delete(files::delete_file),
-        )
-        .route("/archives/{id}/meta", get(meta::search).put(meta::set))
-        .route("/archives/{id}/seal", post(archives::seal))
-        .route("/archives/{id}/archive.znippy", get(archives::download))
-        .nest("/iceberg/v1", rest_catalog::routes())
-        .route_layer(axum::middleware::from_fn_with_state(
-            state.clone(),
-            auth::check,
-        ));
+    let guarded = guarded.route_layer(axum::middleware::from_fn_with_state(
+        state.clone(),
+        auth::check,
+    ));
     Router::new()
-        .merge(api)
-        .route("/healthz", get(|| async { "ok\n" }))
-        .route("/metrics", get(observe::render))
-        .route("/openapi.json", get(openapi))
+        .merge(guarded)
+        .merge(open)
         .fallback(no_route)
         .method_not_allowed_fallback(no_method)
         .layer(DefaultBodyLimit::disable())
@@ -216,10 +236,32 @@ async fn no_method(method: axum::http::Method, uri: axum::http::Uri) -> ApiError
     )
 }
 
-async fn openapi() -> impl axum::response::IntoResponse {
+/// Liveness
+///
+/// Never needs a token.
+#[utoipa::path(
+    get, path = "/healthz", tag = "service", operation_id = "healthz",
+    security(()),
+    responses((status = 200, description = "ok", body = String, content_type = "text/plain")),
+)]
+async fn healthz() -> &'static str {
+    "ok\n"
+}
+
+/// This document
+///
+/// Never needs a token.
+#[utoipa::path(
+    get, path = "/openapi.json", tag = "service", operation_id = "openapi",
+    security(()),
+    responses((status = 200, description = "OpenAPI 3.1.", body = Object)),
+)]
+async fn serve_openapi(
+    axum::extract::State(app): axum::extract::State<AppState>,
+) -> impl axum::response::IntoResponse {
     (
         [(axum::http::header::CONTENT_TYPE, "application/json")],
-        OPENAPI,
+        app.openapi.to_string(),
     )
 }
 

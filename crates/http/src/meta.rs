@@ -7,21 +7,31 @@
 use axum::body::Body;
 use axum::extract::State;
 use axum::Json;
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
+use utoipa::openapi::schema::{AllOfBuilder, ObjectBuilder, OneOfBuilder, Schema};
+use utoipa::openapi::RefOr;
+use utoipa::{IntoParams, PartialSchema, ToSchema};
 use znippy_format::{MetaCursor, MetaQuery, MetaRow, MetaSearch, MetaTable, MetaValue, PageLimit};
 
-use crate::error::{ApiError, ErrorCode};
+use crate::error::{ApiError, ErrorBody, ErrorCode};
 use crate::extract::{ApiPath, ApiQuery};
+use crate::openapi::{self, ArchiveId};
 use crate::{read_json, AppState};
 
-#[derive(Deserialize)]
+#[derive(Deserialize, IntoParams)]
 #[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
 pub(crate) struct SearchQuery {
+    /// Exact key. Give exactly one of key or prefix.
     key: Option<String>,
+    /// Key prefix. Give exactly one of key or prefix.
     prefix: Option<String>,
-    /// The `next` of the previous page.
+    /// The next of the previous page of the same search (an opaque token; anything else is
+    /// 400 bad_query).
     after: Option<String>,
+    /// Page size, 1 to 10000 (otherwise 400 bad_limit).
+    #[param(minimum = 1, maximum = 10000, default = 1000)]
     limit: Option<usize>,
 }
 
@@ -71,22 +81,100 @@ fn unhex(s: &str) -> Option<Vec<u8>> {
         .collect()
 }
 
-fn row_json(r: &MetaRow) -> Value {
-    let value = match &r.value {
-        MetaValue::Str(s) => json!(s),
-        MetaValue::I64(v) => json!(v),
-        MetaValue::F64(v) => json!(v),
-        MetaValue::Bool(v) => json!(v),
-        MetaValue::Bytes(b) => json!(hex(b)),
-    };
-    json!({ "path": r.path, "key": r.key, "type": r.value.type_name(), "value": value })
+/// One fact.
+#[derive(Serialize, ToSchema)]
+#[schema(as = MetaRow)]
+pub(crate) struct Row {
+    /// The file the fact is about; null for the archive.
+    #[schema(required)]
+    path: Option<String>,
+    key: String,
+    #[serde(rename = "type")]
+    #[schema(schema_with = type_schema)]
+    kind: &'static str,
+    #[schema(schema_with = value_schema)]
+    value: Value,
 }
 
+fn type_schema() -> RefOr<Schema> {
+    let types = [
+        MetaValue::Str(String::new()),
+        MetaValue::I64(0),
+        MetaValue::F64(0.0),
+        MetaValue::Bool(false),
+        MetaValue::Bytes(Vec::new()),
+    ];
+    openapi::schema(json!({"type": "string", "enum": (types.map(|v| v.type_name()))}))
+}
+
+fn value_schema() -> RefOr<Schema> {
+    openapi::schema(json!({
+        "description": "A string, integer, number or boolean; a bytes value as lowercase hex.",
+        "type": ["string", "integer", "number", "boolean"],
+    }))
+}
+
+impl From<&MetaRow> for Row {
+    fn from(r: &MetaRow) -> Self {
+        let value = match &r.value {
+            MetaValue::Str(s) => json!(s),
+            MetaValue::I64(v) => json!(v),
+            MetaValue::F64(v) => json!(v),
+            MetaValue::Bool(v) => json!(v),
+            MetaValue::Bytes(b) => json!(hex(b)),
+        };
+        Row {
+            path: r.path.clone(),
+            key: r.key.clone(),
+            kind: r.value.type_name(),
+            value,
+        }
+    }
+}
+
+/// A page of a search.
+#[derive(Serialize, ToSchema)]
+#[schema(as = MetaSearch)]
+pub(crate) struct Found {
+    #[schema(inline)]
+    result: Outcome,
+    rows: Vec<Row>,
+    /// Null on the last page; otherwise pass it as after for the next. A page holds at most
+    /// limit rows and ends after the row that takes it past 4 MiB of keys, paths and values.
+    #[schema(required)]
+    next: Option<String>,
+}
+
+/// no_metadata: the archive has no metadata section, nothing was searched (rows empty);
+/// no_match: searched, nothing found (rows empty); hits: rows holds the matches.
+#[derive(Serialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+enum Outcome {
+    NoMetadata,
+    NoMatch,
+    Hits,
+}
+
+/// Search metadata by key or key prefix, a page at a time
+#[utoipa::path(
+    get, path = "/archives/{id}/meta", tag = "meta", operation_id = "searchMeta",
+    params(ArchiveId, SearchQuery),
+    security((), ("bearer" = [])),
+    responses(
+        (status = 200, description = "result says which of the three answers it is.",
+            body = Found),
+        (status = 400, response = openapi::QueryRejected),
+        (status = 401, response = openapi::Unauthorized),
+        (status = 403, response = openapi::Forbidden),
+        (status = 404, response = openapi::NoArchive),
+        (status = 500, response = openapi::Internal),
+    ),
+)]
 pub(crate) async fn search(
     State(app): State<AppState>,
     ApiPath(id): ApiPath<String>,
     ApiQuery(q): ApiQuery<SearchQuery>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<Found>, ApiError> {
     let query = match (q.key, q.prefix) {
         (Some(k), None) => MetaQuery::Key(k),
         (None, Some(p)) => MetaQuery::Prefix(p),
@@ -114,24 +202,22 @@ pub(crate) async fn search(
         .meta_page(&id, &query, after.as_ref(), &limit)
         .await?;
     let (result, rows, next) = match &found {
-        MetaSearch::NoSection => ("no_metadata", Vec::new(), None),
-        MetaSearch::NoMatch => ("no_match", Vec::new(), None),
+        MetaSearch::NoSection => (Outcome::NoMetadata, Vec::new(), None),
+        MetaSearch::NoMatch => (Outcome::NoMatch, Vec::new(), None),
         MetaSearch::Hits(rows) => (
-            "hits",
-            rows.iter().map(row_json).collect(),
+            Outcome::Hits,
+            rows.iter().map(Row::from).collect(),
             rows.last()
                 .filter(|_| more)
                 .map(|r| cursor_token(&r.cursor())),
         ),
     };
-    Ok(Json(
-        json!({ "result": result, "rows": rows, "next": next }),
-    ))
+    Ok(Json(Found { result, rows, next }))
 }
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
-struct Fact {
+pub(crate) struct Fact {
     /// The file the fact is about; absent for the archive itself.
     path: Option<String>,
     key: String,
@@ -143,10 +229,60 @@ struct Fact {
     bytes_hex: Option<String>,
 }
 
-#[derive(Deserialize)]
+// Written out, as a derive cannot say "exactly one of value or bytes_hex".
+impl PartialSchema for Fact {
+    fn schema() -> RefOr<Schema> {
+        let exactly_one = OneOfBuilder::new()
+            .item(ObjectBuilder::new().required("value"))
+            .item(ObjectBuilder::new().required("bytes_hex"));
+        let fields = openapi::schema(json!({
+            "type": "object",
+            "required": ["key"],
+            "additionalProperties": false,
+            "description": "Exactly one of value or bytes_hex.",
+            "properties": {
+                "path": {
+                    "type": "string",
+                    "pattern": openapi::ARCHIVE_PATH,
+                    "maxLength": 4096,
+                    "description": "The file the fact is about; omit for the archive itself."
+                },
+                "key": {"type": "string", "minLength": 1},
+                "value": {
+                    "type": ["string", "integer", "number", "boolean"],
+                    "description": "A JSON string (str), integer within i64 (i64), number with a \
+                        fraction or exponent (f64) or boolean (bool)."
+                },
+                "bytes_hex": {
+                    "type": "string",
+                    "pattern": "^([0-9a-fA-F]{2})*$",
+                    "description": "A bytes value, in hex."
+                }
+            }
+        }));
+        AllOfBuilder::new().item(fields).item(exactly_one).into()
+    }
+}
+
+impl ToSchema for Fact {
+    fn name() -> std::borrow::Cow<'static, str> {
+        "MetaFact".into()
+    }
+}
+
+#[derive(Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
-struct SetMeta {
+pub(crate) struct SetMeta {
     set: Vec<Fact>,
+}
+
+#[derive(Serialize, ToSchema)]
+#[schema(as = SetMetaResult)]
+pub(crate) struct FactsSet {
+    /// Facts in the request.
+    facts: u64,
+    append_seq: u64,
+    snapshot_id: i64,
 }
 
 fn present<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Value>, D::Error> {
@@ -173,13 +309,39 @@ fn typed(f: &Fact) -> Result<MetaValue, ApiError> {
     }
 }
 
-/// `PUT /archives/{id}/meta` `{"set": [{"path", "key", "value" | "bytes_hex"}]}`:
-/// one append that carries only facts.
+/// Set metadata facts (one append carrying only facts)
+///
+/// Creates the metadata section if the archive had none. A fact replaces the one with the same
+/// (key, path).
+#[utoipa::path(
+    put, path = "/archives/{id}/meta", tag = "meta", operation_id = "setMeta",
+    params(ArchiveId),
+    security(("bearer" = [])),
+    request_body(
+        content = SetMeta,
+        description = "JSON of at most 1 MiB. The Content-Type is not checked.",
+    ),
+    responses(
+        (status = 200, description = "Committed.", body = FactsSet),
+        (status = 400, description = "bad_body (not JSON, unknown field), bad_meta (not \
+            exactly one of value or bytes_hex, bytes_hex not hex, an integer outside i64, a \
+            value that is null/array/object), bad_id.", body = ErrorBody),
+        (status = 401, response = openapi::Unauthorized),
+        (status = 403, response = openapi::Forbidden),
+        (status = 404, response = openapi::NoArchive),
+        (status = 408, response = openapi::TooSlow),
+        (status = 409, description = "sealed, or conflict.", body = ErrorBody),
+        (status = 413, description = "too_large: the JSON body exceeds 1 MiB.", body = ErrorBody),
+        (status = 500, response = openapi::Internal),
+        (status = 503, response = openapi::OverBudget),
+        (status = 507, response = openapi::NoSpace),
+    ),
+)]
 pub(crate) async fn set(
     State(app): State<AppState>,
     ApiPath(id): ApiPath<String>,
     body: Body,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<FactsSet>, ApiError> {
     let req: SetMeta = read_json(body).await?;
     let mut table = MetaTable::new();
     for f in &req.set {
@@ -188,9 +350,9 @@ pub(crate) async fn set(
             .map_err(|e| ApiError::bad_request(ErrorCode::BadMeta, e.to_string()))?;
     }
     let r = app.store.append(&id, Vec::new(), Some(table)).await?;
-    Ok(Json(json!({
-        "facts": req.set.len(),
-        "append_seq": r.append_seq,
-        "snapshot_id": r.snapshot_id,
-    })))
+    Ok(Json(FactsSet {
+        facts: req.set.len() as u64,
+        append_seq: r.append_seq,
+        snapshot_id: r.snapshot_id,
+    }))
 }

@@ -134,6 +134,17 @@ pub(crate) async fn track(State(app): State<AppState>, req: Request, next: Next)
     response
 }
 
+/// Prometheus metrics
+///
+/// Never needs a token. znippy_http_requests_total{method,status} (counter),
+/// znippy_http_bytes_in_total, znippy_http_bytes_out_total (counters),
+/// znippy_http_request_seconds, znippy_append_seconds, znippy_commit_seconds (histograms).
+#[utoipa::path(
+    get, path = "/metrics", tag = "service", operation_id = "metrics",
+    security(()),
+    responses((status = 200, description = "OpenMetrics text format, which Prometheus scrapes.",
+        body = String, content_type = "application/openmetrics-text; version=1.0.0; charset=utf-8")),
+)]
 pub(crate) async fn render(State(app): State<AppState>) -> Response {
     let mut out = String::new();
     if let Err(e) = encode(&mut out, &app.metrics.registry) {

@@ -16,24 +16,29 @@ use axum::extract::rejection::QueryRejection;
 use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
-use axum::routing::get;
 use axum::{Json, Router};
 use iceberg::{NamespaceIdent, TableIdent};
 use iceberg_catalog_rest::{
     ErrorModel, ListNamespaceResponse, ListTablesResponse, LoadTableResult, NamespaceResponse,
 };
 use serde_json::{json, Value};
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
 use znippy_store::{StoreError, TableKind};
 
+use crate::openapi::{self, ListParams, NamespacePath, PageParams, TablePath};
 use crate::AppState;
 
-pub(crate) fn routes() -> Router<AppState> {
-    Router::new()
-        .route("/config", get(config))
-        .route("/namespaces", get(namespaces))
-        .route("/namespaces/{ns}", get(namespace))
-        .route("/namespaces/{ns}/tables", get(tables))
-        .route("/namespaces/{ns}/tables/{table}", get(load_table))
+/// The catalog's routes, and their operations.
+pub(crate) fn routes() -> (Router<AppState>, utoipa::openapi::OpenApi) {
+    let (router, doc) = OpenApiRouter::new()
+        .routes(routes!(config))
+        .routes(routes!(namespaces))
+        .routes(routes!(namespace))
+        .routes(routes!(tables))
+        .routes(routes!(load_table))
+        .split_for_parts();
+    let router = router
         .fallback(|| async {
             RestError(
                 StatusCode::NOT_FOUND,
@@ -47,7 +52,8 @@ pub(crate) fn routes() -> Router<AppState> {
                 "BadRequestException",
                 "this catalog is read-only: archives change through /archives".into(),
             )
-        })
+        });
+    (router, doc)
 }
 
 /// An error in the REST spec's model: status, exception type, message.
@@ -97,12 +103,26 @@ fn rest_error(ns: &str) -> impl FnOnce(StoreError) -> RestError + '_ {
     }
 }
 
+/// Iceberg REST: catalog configuration
+///
+/// Query parameters (warehouse) are ignored.
+#[utoipa::path(
+    get, path = "/config", tag = "iceberg", operation_id = "icebergConfig",
+    security((), ("bearer" = [])),
+    responses(
+        (status = 200, description = "Empty defaults and overrides.",
+            body = openapi::CatalogConfig),
+        (status = 401, response = openapi::RestUnauthorized),
+        (status = 403, response = openapi::RestForbidden),
+    ),
+)]
 async fn config() -> Json<Value> {
     Json(json!({ "defaults": {}, "overrides": {} }))
 }
 
 /// The query parameters of a listing, as text: they are checked here, so a
 /// bad one gets the spec's error model rather than the framework's.
+/// (`openapi::ListParams` and `openapi::PageParams` document them.)
 #[derive(serde::Deserialize)]
 struct Params {
     #[serde(rename = "pageToken")]
@@ -160,6 +180,22 @@ impl Paging {
     }
 }
 
+/// Iceberg REST: list namespaces (one per archive)
+///
+/// Paged as the REST spec says when pageSize is given; a parent lists nothing (archives are one
+/// level deep).
+#[utoipa::path(
+    get, path = "/namespaces", tag = "iceberg", operation_id = "icebergListNamespaces",
+    params(ListParams),
+    security((), ("bearer" = [])),
+    responses(
+        (status = 200, description = "The archives.", body = openapi::NamespaceList),
+        (status = 400, response = openapi::RestBadRequest),
+        (status = 401, response = openapi::RestUnauthorized),
+        (status = 403, response = openapi::RestForbidden),
+        (status = 500, response = openapi::RestInternal),
+    ),
+)]
 async fn namespaces(
     State(app): State<AppState>,
     q: Result<Query<Params>, QueryRejection>,
@@ -177,6 +213,20 @@ async fn namespaces(
     }))
 }
 
+/// Iceberg REST: load a namespace
+#[utoipa::path(
+    get, path = "/namespaces/{ns}", tag = "iceberg", operation_id = "icebergGetNamespace",
+    params(NamespacePath),
+    security((), ("bearer" = [])),
+    responses(
+        (status = 200, description = "The archive's namespace and properties.",
+            body = openapi::Namespace),
+        (status = 401, response = openapi::RestUnauthorized),
+        (status = 403, response = openapi::RestForbidden),
+        (status = 404, response = openapi::RestNotFound),
+        (status = 500, response = openapi::RestInternal),
+    ),
+)]
 async fn namespace(
     State(app): State<AppState>,
     Path(ns): Path<String>,
@@ -192,6 +242,20 @@ async fn namespace(
     }))
 }
 
+/// Iceberg REST: list tables (files and meta)
+#[utoipa::path(
+    get, path = "/namespaces/{ns}/tables", tag = "iceberg", operation_id = "icebergListTables",
+    params(NamespacePath, PageParams),
+    security((), ("bearer" = [])),
+    responses(
+        (status = 200, description = "The two tables.", body = openapi::TableIdentifierList),
+        (status = 400, response = openapi::RestBadRequest),
+        (status = 401, response = openapi::RestUnauthorized),
+        (status = 403, response = openapi::RestForbidden),
+        (status = 404, response = openapi::RestNotFound),
+        (status = 500, response = openapi::RestInternal),
+    ),
+)]
 async fn tables(
     State(app): State<AppState>,
     Path(ns): Path<String>,
@@ -214,6 +278,23 @@ async fn tables(
     }))
 }
 
+/// Iceberg REST: load a table
+///
+/// The current metadata, so a client sees every committed append on its next load. Query
+/// parameters (snapshots) are ignored.
+#[utoipa::path(
+    get, path = "/namespaces/{ns}/tables/{table}", tag = "iceberg",
+    operation_id = "icebergLoadTable",
+    params(NamespacePath, TablePath),
+    security((), ("bearer" = [])),
+    responses(
+        (status = 200, description = "The table.", body = openapi::LoadTableResult),
+        (status = 401, response = openapi::RestUnauthorized),
+        (status = 403, response = openapi::RestForbidden),
+        (status = 404, response = openapi::RestNotFound),
+        (status = 500, response = openapi::RestInternal),
+    ),
+)]
 async fn load_table(
     State(app): State<AppState>,
     Path((ns, table)): Path<(String, String)>,

@@ -20,16 +20,34 @@ use axum::body::Body;
 use axum::extract::State;
 use axum::http::{header, HeaderMap, StatusCode};
 use axum::Json;
-use serde_json::{json, Value};
+use serde::Serialize;
 use tokio::sync::{mpsc, oneshot};
+use utoipa::ToSchema;
 use znippy_format::{InputFile, MetaTable, Source, TarEntries};
-use znippy_store::{Abandoned, AppendReceipt};
+use znippy_store::Abandoned;
 
 use crate::body::{body_file, forward, Budget, Stop};
-use crate::error::{ApiError, ErrorCode};
+use crate::error::{ApiError, ErrorBody, ErrorCode};
 use crate::extract::ApiPath;
 use crate::multipart::drive_multipart;
+use crate::openapi::{self, ArchiveId, FilePath, ModeHeader};
 use crate::AppState;
+
+/// Sent once the batch is durable and committed.
+#[derive(Serialize, ToSchema)]
+#[schema(as = AppendReceipt)]
+pub(crate) struct Receipt {
+    /// Files in the batch.
+    files: u64,
+    /// Input bytes of the batch.
+    bytes: u64,
+    /// The append's number (1, 2, ...).
+    append_seq: u64,
+    /// The files-table snapshot that committed it.
+    snapshot_id: i64,
+    /// The committed end of the sidecar's blob region afterwards.
+    blob_end: u64,
+}
 
 /// Runs one append fed by `drive`, which sends the batch's files and returns
 /// its metadata once the body is read.
@@ -38,7 +56,7 @@ async fn append_from<F, D>(
     id: &str,
     files: F,
     drive: D,
-) -> Result<Json<Value>, ApiError>
+) -> Result<Json<Receipt>, ApiError>
 where
     F: Iterator<Item = znippy_format::Result<InputFile>> + Send + 'static,
     D: std::future::Future<Output = Result<Option<MetaTable>, Stop>>,
@@ -52,7 +70,7 @@ where
         Ok::<_, Stop>(())
     };
     let (driven, appended) = tokio::join!(driver, app.store.append_stream(id, files, meta));
-    let receipt: AppendReceipt = match (driven, appended) {
+    let receipt = match (driven, appended) {
         (Err(Stop::Api(e)), _) => return Err(e),
         (_, Err(e)) => return Err(e.into()),
         (Err(Stop::Engine), Ok(_)) => {
@@ -61,13 +79,13 @@ where
         (Ok(()), Ok(r)) => r,
     };
     app.metrics.append(start.elapsed(), receipt.commit_time);
-    Ok(Json(json!({
-        "files": receipt.files,
-        "bytes": receipt.bytes,
-        "append_seq": receipt.append_seq,
-        "snapshot_id": receipt.snapshot_id,
-        "blob_end": receipt.blob_end,
-    })))
+    Ok(Json(Receipt {
+        files: receipt.files,
+        bytes: receipt.bytes,
+        append_seq: receipt.append_seq,
+        snapshot_id: receipt.snapshot_id,
+        blob_end: receipt.blob_end,
+    }))
 }
 
 /// The engine's side of a channel of files.
@@ -81,13 +99,47 @@ fn broken_body(e: axum::Error) -> ApiError {
     crate::error::body_failed(&e)
 }
 
-/// `POST /archives/{id}/files`: multipart or tar.
+/// Append one batch of files
+///
+/// One append, streamed (never held in memory whole). The batch commits as a whole or not at
+/// all: a body that ends early or a bad part commits nothing. A path already in the archive is
+/// replaced. Appends to one archive serialize.
+#[utoipa::path(
+    post, path = "/archives/{id}/files", tag = "files", operation_id = "appendFiles",
+    params(ArchiveId),
+    security(("bearer" = [])),
+    request_body(content(
+        (inline(openapi::MultipartBatch) = "multipart/form-data"),
+        (inline(openapi::TarBatch) = "application/x-tar"),
+        (inline(openapi::TarBatch) = "application/tar"),
+    )),
+    responses(
+        (status = 200, description = "Committed and durable.", body = Receipt),
+        (status = 400, description = "bad_body (malformed multipart, no boundary), broken_body \
+            (the body could not be read), bad_field, bad_meta, bad_path (an invalid archive \
+            path), bad_input (an unreadable input, a bad tar stream), bad_id.", body = ErrorBody),
+        (status = 401, response = openapi::Unauthorized),
+        (status = 403, response = openapi::Forbidden),
+        (status = 404, response = openapi::NoArchive),
+        (status = 408, response = openapi::TooSlow),
+        (status = 409, description = "sealed: the archive is sealed; conflict: a concurrent \
+            commit conflict, path_conflict (x beside x/y).", body = ErrorBody),
+        (status = 413, description = "too_large: the upload exceeds --max-body, or a meta \
+            field exceeds 1 MiB. A Content-Length past --max-body is refused before the body \
+            is read.", body = ErrorBody),
+        (status = 415, description = "bad_media_type: neither multipart/form-data nor \
+            application/x-tar (application/tar).", body = ErrorBody),
+        (status = 500, response = openapi::Internal),
+        (status = 503, response = openapi::OverBudget),
+        (status = 507, response = openapi::NoSpace),
+    ),
+)]
 pub(crate) async fn post_files(
     State(app): State<AppState>,
     ApiPath(id): ApiPath<String>,
     headers: HeaderMap,
     body: Body,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<Receipt>, ApiError> {
     let ct = headers
         .get(header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
@@ -129,14 +181,42 @@ pub(crate) async fn post_files(
     }
 }
 
-/// `PUT /archives/{id}/files/{path}`: one file, the raw body. An optional
-/// `X-Znippy-Mode` header (octal) gives its permission bits.
+/// Append one file, the raw body
+///
+/// One append of one file (replacing the path if present). The Content-Type is not checked.
+#[utoipa::path(
+    put, path = "/archives/{id}/files/{*path}", tag = "files", operation_id = "putFile",
+    params(ArchiveId, FilePath, ModeHeader),
+    security(("bearer" = [])),
+    request_body(
+        content = inline(Option<openapi::Bytes>),
+        content_type = "application/octet-stream",
+        description = "The file's bytes; an empty body is an empty file.",
+    ),
+    responses(
+        (status = 200, description = "Committed and durable.", body = Receipt),
+        (status = 400, description = "bad_mode, bad_path, broken_body, bad_input, bad_id.",
+            body = ErrorBody),
+        (status = 401, response = openapi::Unauthorized),
+        (status = 403, response = openapi::Forbidden),
+        (status = 404, response = openapi::NoArchive),
+        (status = 408, response = openapi::TooSlow),
+        (status = 409, description = "sealed, or conflict, path_conflict (x beside x/y).",
+            body = ErrorBody),
+        (status = 413, description = "too_large: the body exceeds --max-body. A \
+            Content-Length past --max-body is refused before the body is read.",
+            body = ErrorBody),
+        (status = 500, response = openapi::Internal),
+        (status = 503, response = openapi::OverBudget),
+        (status = 507, response = openapi::NoSpace),
+    ),
+)]
 pub(crate) async fn put_file(
     State(app): State<AppState>,
     ApiPath((id, path)): ApiPath<(String, String)>,
     headers: HeaderMap,
     body: Body,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<Receipt>, ApiError> {
     let mode = match headers.get("x-znippy-mode") {
         None => None,
         Some(v) => Some(
