@@ -40,7 +40,8 @@
 //!   in one redb file, with the commit that swaps them; `db_file.rs`: that
 //!   file, as redb's storage backend.
 //! - `storage.rs`: the local storage of the tables' files, whose writes are
-//!   durable as they complete.
+//!   durable as they complete; `object_storage.rs`: the same on object
+//!   storage (S3), through `object_store`.
 //! - `sidecar.rs`: the blob file: positioned writes at the committed end, fsync,
 //!   and the check that it is still the file the store opened.
 //! - `file.rs`: one file opened for reading, verified slice by slice.
@@ -54,6 +55,7 @@ mod db_file;
 mod error;
 mod file;
 mod maintenance;
+mod object_storage;
 mod sidecar;
 mod storage;
 mod tables;
@@ -78,6 +80,7 @@ pub use archive::{AppendReceipt, SealPlan};
 pub use catalog::{RedbCatalog, BLOB_END_KEY};
 pub use error::{Abandoned, Result, RowProblem, StoreError};
 pub use file::FileReader;
+pub use object_storage::{ObjectStorage, ObjectStorageFactory};
 pub use tables::TableKind;
 
 /// Root namespace of all archives.

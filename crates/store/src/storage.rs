@@ -144,6 +144,30 @@ impl FileWrite for DurableWrite {
     }
 }
 
+/// Makes the names of new table files durable, once their files are
+/// closed. A local file is synced as it closes, but its name lives in its
+/// directory: each directory is synced once. An object's name is durable
+/// when its upload completes, so object-storage locations (any scheme but
+/// `file://`) need nothing.
+pub(crate) async fn sync_new_names<'a>(
+    locations: impl IntoIterator<Item = &'a str>,
+) -> crate::Result<()> {
+    let local: Vec<PathBuf> = locations
+        .into_iter()
+        .filter(|l| l.starts_with("file://") || !l.contains("://"))
+        .map(local_path)
+        .collect();
+    if local.is_empty() {
+        return Ok(());
+    }
+    tokio::task::spawn_blocking(move || {
+        durable::sync_parents(&local)
+            .map_err(|e| crate::StoreError::io("fsync of new table files", e))
+    })
+    .await
+    .map_err(|e| crate::StoreError::Task(format!("fsync: {e}")))?
+}
+
 /// `fsync`s a written file through `durable`, on the blocking pool.
 async fn sync(file: File, path: PathBuf) -> Result<()> {
     tokio::task::spawn_blocking(move || {

@@ -32,8 +32,9 @@ use parquet::basic::{Compression, ZstdLevel};
 use parquet::file::properties::WriterProperties;
 use znippy_format::{Kind, MetaValue, MetaValueBuilder, MetaValueColumns, SliceRow};
 
-use crate::catalog::{local_path, RedbCatalog};
+use crate::catalog::RedbCatalog;
 use crate::error::{Result, RowProblem, StoreError};
+use crate::storage;
 
 /// Name of the slice table.
 pub const FILES: &str = "files";
@@ -275,7 +276,7 @@ pub fn meta_batch(table: &Table, rows: &[MetaLogRow]) -> Result<RecordBatch> {
 /// Data files of fewer rows than this are written uncompressed.
 const COMPRESSED_FROM_ROWS: usize = 1024;
 
-/// Writes `batch` as one parquet data file of `table`, fsynced, and returns it.
+/// Writes `batch` as one parquet data file of `table`, durable, and returns it.
 pub async fn write_data_file(table: &Table, batch: RecordBatch) -> Result<Vec<DataFile>> {
     write_batches(table, vec![batch]).await
 }
@@ -320,13 +321,7 @@ pub async fn write_batches(table: &Table, batches: Vec<RecordBatch>) -> Result<V
         writer.write(batch).await?;
     }
     let files = writer.close().await?;
-    let paths: Vec<_> = files.iter().map(|f| local_path(f.file_path())).collect();
-    tokio::task::spawn_blocking(move || {
-        znippy_format::durable::sync_parents(&paths)
-            .map_err(|e| StoreError::io("fsync of new data files", e))
-    })
-    .await
-    .map_err(|e| StoreError::Task(format!("fsync: {e}")))??;
+    storage::sync_new_names(files.iter().map(DataFile::file_path)).await?;
     Ok(files)
 }
 
