@@ -326,7 +326,8 @@ fn store_error(e: &StoreError, msg: String) -> ApiError {
         StoreError::Exists(_) => ApiError::new(StatusCode::CONFLICT, ErrorCode::Exists, msg),
         StoreError::Sealed(_) => ApiError::new(StatusCode::CONFLICT, ErrorCode::Sealed, msg),
         StoreError::BadId(_) => ApiError::bad_request(ErrorCode::BadId, msg),
-        StoreError::SidecarGone(_) => {
+        // Object storage down or unreachable: the client may retry later.
+        StoreError::SidecarGone(_) | StoreError::ObjectStore { .. } => {
             ApiError::new(StatusCode::SERVICE_UNAVAILABLE, ErrorCode::Unavailable, msg)
         }
         StoreError::OverBudget { .. } => {
@@ -337,6 +338,7 @@ fn store_error(e: &StoreError, msg: String) -> ApiError {
         | StoreError::BadNamespaceProperty { .. }
         | StoreError::BadSummary { .. }
         | StoreError::BadRow { .. }
+        | StoreError::SegmentGap { .. }
         | StoreError::PendingMeta(_) => {
             ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, ErrorCode::Corrupt, msg)
         }
@@ -409,5 +411,18 @@ mod tests {
         let (status, body) = response(ApiError::from(corrupt));
         assert_eq!(status, StatusCode::INTERNAL_SERVER_ERROR);
         assert_eq!(body["error"]["code"], "corrupt");
+
+        let down = StoreError::ObjectStore {
+            context: "writing segment znippy/a/blobs/x.blobs".into(),
+            source: object_store::Error::NotImplemented {
+                operation: "put".into(),
+                implementer: "test".into(),
+            },
+        };
+        let (status, body) = response(ApiError::from(down));
+        assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(body["error"]["code"], "unavailable");
+        let message = body["error"]["message"].as_str().unwrap();
+        assert!(!message.contains("znippy/a"), "{message}");
     }
 }

@@ -33,6 +33,24 @@ pub enum StoreError {
         #[source]
         source: std::io::Error,
     },
+    /// Object storage failed or could not be reached.
+    #[error("{context}: {source}")]
+    ObjectStore {
+        /// What was being done.
+        context: String,
+        /// The client's error.
+        #[source]
+        source: object_store::Error,
+    },
+    /// The segments an archive's commits name do not tile its blob region:
+    /// the bytes from `at` to `next` are in no segment.
+    #[error("corrupt live archive: no blob segment holds bytes {at}..{next}")]
+    SegmentGap {
+        /// Where the gap (or, if `next` is below it, the overlap) starts.
+        at: u64,
+        /// Where the next segment starts.
+        next: u64,
+    },
     /// The sidecar file was removed or replaced under the store: nothing can
     /// be made durable in it until the archive is reopened.
     #[error("the blob file {0:?} was removed or replaced while the service ran; restart it")]

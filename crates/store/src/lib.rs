@@ -42,6 +42,8 @@
 //! - `storage.rs`: the local storage of the tables' files, whose writes are
 //!   durable as they complete; `object_storage.rs`: the same on object
 //!   storage (S3), through `object_store`.
+//! - `segments.rs`: the blob region on object storage, as immutable segment
+//!   objects, one per append, and the map that reads across them.
 //! - `sidecar.rs`: the blob file: positioned writes at the committed end, fsync,
 //!   and the check that it is still the file the store opened.
 //! - `file.rs`: one file opened for reading, verified slice by slice.
@@ -56,6 +58,7 @@ mod error;
 mod file;
 mod maintenance;
 mod object_storage;
+mod segments;
 mod sidecar;
 mod storage;
 mod tables;
@@ -81,6 +84,7 @@ pub use catalog::{RedbCatalog, BLOB_END_KEY};
 pub use error::{Abandoned, Result, RowProblem, StoreError};
 pub use file::FileReader;
 pub use object_storage::{ObjectStorage, ObjectStorageFactory};
+pub use segments::{Segment, SegmentWriter, Segments, PART, PARTS_IN_FLIGHT};
 pub use tables::TableKind;
 
 /// Root namespace of all archives.

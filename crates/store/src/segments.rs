@@ -1,0 +1,558 @@
+//! Blob segments: a live archive's blob region on object storage, as
+//! immutable objects.
+//!
+//! On a local disk the blob region is one sidecar file that appends extend in
+//! place. An object cannot be extended, and two nodes appending to one archive
+//! could not share one anyway, so on object storage each append writes its
+//! blobs as a new object, a *segment*, under a fresh key (a UUID v7) that
+//! nothing else will ever name. The blob region stays one logical address
+//! space: a segment holds the bytes `[start, start + len)` of it, the rows
+//! keep their offsets in that space exactly as in a sidecar, and a
+//! [`Segments`] map turns an offset back into a segment and a ranged GET.
+//! What the engine writes, the seal reads and the format's readers decode is
+//! therefore the same on both backends.
+//!
+//! A segment is written by [`SegmentWriter`], the engine's sink: the first
+//! [`PART`] bytes are held in memory, and a segment that ends within them
+//! (most appends) is one PUT, conditional on the key being new. A larger one
+//! becomes a multipart upload of `PART`-sized parts, at most
+//! [`PARTS_IN_FLIGHT`] of them uploading while the next fills, so an append
+//! of any size holds at most `(PARTS_IN_FLIGHT + 1) * PART` bytes (law 4).
+//! The object appears only when the write completes, whole; a writer that
+//! fails or is dropped unfinished aborts its upload, and what a crash leaves
+//! (an uncompleted upload, or a segment no commit names) is garbage that no
+//! row points into.
+//!
+//! Both the writer and the map's reads block on the async object store
+//! client: they are for the blocking threads the engine and the readers
+//! already run on (`spawn_blocking`), and panic on a runtime's worker.
+
+use std::io::{self, Write};
+use std::sync::Arc;
+
+use bytes::Bytes;
+use object_store::path::Path;
+use object_store::WriteMultipart;
+use object_store::{ObjectStore, ObjectStoreExt, PutMode, PutOptions, PutPayload};
+use tokio::runtime::Handle;
+use znippy_format::ReadAt;
+
+use crate::error::{Result, StoreError};
+
+/// Bytes of a segment held before it becomes a multipart upload, and the
+/// size of each part (S3 parts are at least 5 MiB, but for the last).
+pub const PART: usize = 8 << 20;
+
+/// Parts a writer lets upload at once before it waits.
+pub const PARTS_IN_FLIGHT: usize = 2;
+
+/// One committed segment: bytes `[start, start + len)` of the blob region.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Segment {
+    /// Where its bytes start in the blob region.
+    pub start: u64,
+    /// How many bytes it holds.
+    pub len: u64,
+    /// Its object's key.
+    pub key: Path,
+}
+
+impl Segment {
+    fn end(&self) -> u64 {
+        self.start + self.len
+    }
+}
+
+fn store_error(context: impl Into<String>) -> impl FnOnce(object_store::Error) -> StoreError {
+    let context = context.into();
+    move |source| StoreError::ObjectStore { context, source }
+}
+
+/// Writes one segment: the blobs of one append, from `start` on in the blob
+/// region. See the module doc for its memory and its atomicity.
+pub struct SegmentWriter {
+    store: Arc<dyn ObjectStore>,
+    runtime: Handle,
+    key: Path,
+    start: u64,
+    written: u64,
+    /// The first bytes, until they fill a part.
+    head: Vec<u8>,
+    /// The upload, once the segment outgrew `head`; `None` again once
+    /// finished or aborted.
+    upload: Option<WriteMultipart>,
+}
+
+impl std::fmt::Debug for SegmentWriter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SegmentWriter")
+            .field("key", &self.key)
+            .field("start", &self.start)
+            .field("written", &self.written)
+            .finish_non_exhaustive()
+    }
+}
+
+impl SegmentWriter {
+    /// A new segment under `prefix`, holding the blob region from `start`
+    /// on; `runtime` runs the client's requests.
+    pub fn new(
+        store: Arc<dyn ObjectStore>,
+        runtime: Handle,
+        prefix: &Path,
+        start: u64,
+    ) -> SegmentWriter {
+        let name = format!("{}.blobs", uuid::Uuid::now_v7());
+        SegmentWriter {
+            store,
+            runtime,
+            key: prefix.clone().join(name),
+            start,
+            written: 0,
+            head: Vec::new(),
+            upload: None,
+        }
+    }
+
+    /// Bytes written so far.
+    pub fn written(&self) -> u64 {
+        self.written
+    }
+
+    /// The key the segment is written under.
+    pub fn key(&self) -> &Path {
+        &self.key
+    }
+
+    /// Completes the segment: once this returns it exists, whole. An empty
+    /// segment is not written at all.
+    pub fn finish(mut self) -> Result<Segment> {
+        let segment = Segment {
+            start: self.start,
+            len: self.written,
+            key: self.key.clone(),
+        };
+        if let Some(upload) = self.upload.take() {
+            self.runtime
+                .block_on(upload.finish())
+                .map_err(store_error(format!("completing segment {}", self.key)))?;
+        } else if !self.head.is_empty() {
+            let body = PutPayload::from(std::mem::take(&mut self.head));
+            let create = PutOptions::from(PutMode::Create);
+            self.runtime
+                .block_on(self.store.put_opts(&self.key, body, create))
+                .map_err(store_error(format!("writing segment {}", self.key)))?;
+        }
+        Ok(segment)
+    }
+
+    /// A multipart upload that starts with the held head.
+    fn start_upload(&mut self) -> io::Result<WriteMultipart> {
+        let upload = self
+            .runtime
+            .block_on(self.store.put_multipart(&self.key))
+            .map_err(io::Error::other)?;
+        let mut upload = WriteMultipart::new_with_chunk_size(upload, PART);
+        // A full part is uploaded by a task spawned on the current runtime.
+        let _runtime = self.runtime.enter();
+        upload.put(Bytes::from(std::mem::take(&mut self.head)));
+        Ok(upload)
+    }
+}
+
+impl Write for SegmentWriter {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        // At most one part's worth per call, so one call starts at most one
+        // part upload past the wait below.
+        let buf = &buf[..buf.len().min(PART)];
+        if self.upload.is_none() && self.head.len() + buf.len() <= PART {
+            self.head.extend_from_slice(buf);
+        } else {
+            let upload = match self.upload.take() {
+                Some(upload) => upload,
+                None => self.start_upload()?,
+            };
+            let upload = self.upload.insert(upload);
+            self.runtime
+                .block_on(upload.wait_for_capacity(PARTS_IN_FLIGHT))
+                .map_err(io::Error::other)?;
+            let _runtime = self.runtime.enter();
+            upload.write(buf);
+        }
+        self.written += buf.len() as u64;
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+impl Drop for SegmentWriter {
+    /// An unfinished upload is aborted, so its parts do not linger; on a
+    /// task of its own, as a drop may happen anywhere, even on a runtime's
+    /// worker.
+    fn drop(&mut self) {
+        if let Some(upload) = self.upload.take() {
+            self.runtime.spawn(async move {
+                if let Err(e) = upload.abort().await {
+                    tracing::warn!("aborting an unfinished segment upload: {e}");
+                }
+            });
+        }
+    }
+}
+
+/// The committed segments of a blob region, in order and without gaps: a
+/// [`ReadAt`] over the region, each read one ranged GET per segment it
+/// touches.
+#[derive(Clone)]
+pub struct Segments {
+    store: Arc<dyn ObjectStore>,
+    runtime: Handle,
+    /// Sorted by `start`; each starts where the one before ends, the first at 0.
+    list: Vec<Segment>,
+}
+
+impl std::fmt::Debug for Segments {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Segments")
+            .field("list", &self.list)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Segments {
+    /// The map of `list`, which must tile the region from 0 (as the commits
+    /// that named them left it); a gap or an overlap is refused.
+    pub fn new(
+        store: Arc<dyn ObjectStore>,
+        runtime: Handle,
+        mut list: Vec<Segment>,
+    ) -> Result<Self> {
+        list.retain(|s| s.len > 0);
+        list.sort_by_key(|s| s.start);
+        let mut end = 0;
+        for s in &list {
+            if s.start != end {
+                return Err(StoreError::SegmentGap {
+                    at: end,
+                    next: s.start,
+                });
+            }
+            end = s.end();
+        }
+        Ok(Segments {
+            store,
+            runtime,
+            list,
+        })
+    }
+
+    /// End of the blob region.
+    pub fn end(&self) -> u64 {
+        self.list.last().map_or(0, Segment::end)
+    }
+
+    /// The segments, in order.
+    pub fn list(&self) -> &[Segment] {
+        &self.list
+    }
+}
+
+impl ReadAt for Segments {
+    fn read_exact_at(&self, mut buf: &mut [u8], mut offset: u64) -> io::Result<()> {
+        let past_end = offset
+            .checked_add(buf.len() as u64)
+            .is_none_or(|end| end > self.end());
+        if past_end {
+            return Err(io::Error::new(
+                io::ErrorKind::UnexpectedEof,
+                format!("read past the end of the blob region ({})", self.end()),
+            ));
+        }
+        // The first segment that ends past `offset` holds it.
+        let mut i = self.list.partition_point(|s| s.end() <= offset);
+        while !buf.is_empty() {
+            let s = &self.list[i];
+            let from = offset - s.start;
+            let n = (s.len - from).min(buf.len() as u64);
+            let got = self
+                .runtime
+                .block_on(self.store.get_range(&s.key, from..from + n))
+                .map_err(io::Error::other)?;
+            if got.len() as u64 != n {
+                return Err(io::Error::new(
+                    io::ErrorKind::UnexpectedEof,
+                    format!("segment {} gave {} bytes of {n}", s.key, got.len()),
+                ));
+            }
+            let (now, rest) = std::mem::take(&mut buf).split_at_mut(n as usize);
+            now.copy_from_slice(&got);
+            buf = rest;
+            offset += n;
+            i += 1;
+        }
+        Ok(())
+    }
+
+    fn size(&self) -> io::Result<u64> {
+        Ok(self.end())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::BTreeMap;
+
+    use object_store::memory::InMemory;
+    use tokio::runtime::Runtime;
+    use znippy_format::{ArchiveProps, BlobRegion, Engine, InputFile, SliceRow};
+    use znippy_testkit::data;
+
+    use crate::file::{FileReader, ScratchPool};
+
+    fn runtime() -> Runtime {
+        Runtime::new().unwrap()
+    }
+
+    fn prefix() -> Path {
+        Path::from("znippy/a/blobs")
+    }
+
+    /// Files of every shape an append has: tiny ones that share a pack,
+    /// and ones larger than a chunk.
+    fn batch(seed: u64) -> Vec<(String, Vec<u8>)> {
+        let sizes = [0, 1, 100, 4 << 10, 300 << 10, 3 << 20, 9 << 20];
+        sizes
+            .iter()
+            .enumerate()
+            .map(|(i, &len)| {
+                let bytes = data::mixed(seed * 100 + i as u64, len);
+                (format!("b{seed}/f{i}"), bytes)
+            })
+            .collect()
+    }
+
+    /// One batch through the engine into `out`; its rows by path.
+    fn compress(
+        engine: &mut Engine,
+        files: &[(String, Vec<u8>)],
+        out: &mut (dyn Write + Send),
+    ) -> BTreeMap<String, Vec<SliceRow>> {
+        let input: Vec<_> = files
+            .iter()
+            .map(|(p, b)| Ok(InputFile::from_bytes(p.clone(), b.clone(), None)))
+            .collect();
+        let (rows, _) = engine.write_batch(input, out, &mut |_| {}).unwrap();
+        let mut by_path: BTreeMap<String, Vec<SliceRow>> = BTreeMap::new();
+        for r in rows {
+            by_path.entry(r.relative_path.clone()).or_default().push(r);
+        }
+        by_path
+    }
+
+    fn read_back(src: Arc<dyn ReadAt>, end: u64, path: &str, rows: Vec<SliceRow>) -> Vec<u8> {
+        let region = BlobRegion {
+            chunk_size: ArchiveProps::default().chunk_size,
+            end,
+        };
+        let pool = Arc::new(ScratchPool::default());
+        let file = FileReader::new(path, rows, region, src, pool).unwrap();
+        let mut out = Vec::new();
+        file.read_range(0..u64::MAX, &mut out).unwrap();
+        out
+    }
+
+    /// Two appends as two segments hold exactly the bytes a sidecar would
+    /// (the same engine writing both batches to one buffer), and every file
+    /// reads back through the segment map, including the ones whose blobs
+    /// a later batch deduplicated against an earlier one.
+    fn two_appends_read_back(store: Arc<dyn ObjectStore>, rt: &Runtime) {
+        let first = batch(1);
+        let mut second = batch(2);
+        second.push(("b2/copy".into(), first[5].1.clone()));
+
+        let mut sidecar = Vec::new();
+        let mut engine = Engine::new(ArchiveProps::default(), 2).unwrap();
+        compress(&mut engine, &first, &mut sidecar);
+        compress(&mut engine, &second, &mut sidecar);
+
+        let mut engine = Engine::new(ArchiveProps::default(), 2).unwrap();
+        let mut segments = Vec::new();
+        let mut rows = BTreeMap::new();
+        for files in [&first, &second] {
+            let start = engine.blob_end();
+            let mut w = SegmentWriter::new(store.clone(), rt.handle().clone(), &prefix(), start);
+            rows.extend(compress(&mut engine, files, &mut w));
+            assert_eq!(start + w.written(), engine.blob_end());
+            segments.push(w.finish().unwrap());
+        }
+        let map = Segments::new(store.clone(), rt.handle().clone(), segments).unwrap();
+        assert_eq!(map.end(), sidecar.len() as u64);
+        let mut whole = vec![0; sidecar.len()];
+        map.read_exact_at(&mut whole, 0).unwrap();
+        assert!(whole == sidecar, "the segments hold the sidecar's bytes");
+
+        let src: Arc<dyn ReadAt> = Arc::new(map);
+        for (path, bytes) in first.iter().chain(&second) {
+            let got = read_back(src.clone(), sidecar.len() as u64, path, rows[path].clone());
+            assert!(&got == bytes, "{path}");
+        }
+    }
+
+    #[test]
+    fn two_appends_as_segments_hold_what_a_sidecar_holds() {
+        let rt = runtime();
+        two_appends_read_back(Arc::new(InMemory::new()), &rt);
+    }
+
+    /// A writer that outgrows its head streams parts, and the object
+    /// appears only when the writer finishes; one dropped unfinished leaves
+    /// nothing behind.
+    fn a_segment_appears_whole_or_not_at_all(store: Arc<dyn ObjectStore>, rt: &Runtime) {
+        let bytes = data::noise(7, 2 * PART + 12345);
+        let mut w = SegmentWriter::new(store.clone(), rt.handle().clone(), &prefix(), 0);
+        for piece in bytes.chunks(1 << 20) {
+            w.write_all(piece).unwrap();
+        }
+        let key = w.key().clone();
+        let missing = rt.block_on(store.head(&key)).unwrap_err();
+        assert!(
+            matches!(missing, object_store::Error::NotFound { .. }),
+            "visible before it was finished: {missing}"
+        );
+        let segment = w.finish().unwrap();
+        assert_eq!(segment.len, bytes.len() as u64);
+        let got = rt.block_on(async { store.get(&key).await?.bytes().await });
+        assert!(got.unwrap() == bytes);
+
+        let abandoned = prefix().join("abandoned");
+        let mut w = SegmentWriter::new(store.clone(), rt.handle().clone(), &abandoned, 0);
+        w.write_all(&bytes[..PART + 1]).unwrap();
+        drop(w);
+        let listed = rt.block_on(async {
+            use futures::TryStreamExt;
+            store.list(Some(&abandoned)).try_collect::<Vec<_>>().await
+        });
+        assert!(
+            listed.unwrap().is_empty(),
+            "an unfinished segment is invisible"
+        );
+    }
+
+    #[test]
+    fn a_large_segment_is_streamed_and_appears_only_when_finished() {
+        let rt = runtime();
+        a_segment_appears_whole_or_not_at_all(Arc::new(InMemory::new()), &rt);
+    }
+
+    /// A small segment is one PUT that never replaces an object: if its key
+    /// were somehow taken, the write fails rather than overwrite it.
+    fn a_small_segment_never_overwrites(store: Arc<dyn ObjectStore>, rt: &Runtime) {
+        let mut w = SegmentWriter::new(store.clone(), rt.handle().clone(), &prefix(), 0);
+        w.write_all(b"blobs").unwrap();
+        let key = w.key().clone();
+        rt.block_on(store.put(&key, PutPayload::from_static(b"someone else's")))
+            .unwrap();
+        let e = w.finish().unwrap_err();
+        assert!(
+            matches!(
+                e,
+                StoreError::ObjectStore {
+                    source: object_store::Error::AlreadyExists { .. },
+                    ..
+                }
+            ),
+            "{e}"
+        );
+        let kept = rt.block_on(async { store.get(&key).await?.bytes().await });
+        assert_eq!(&kept.unwrap()[..], b"someone else's");
+    }
+
+    #[test]
+    fn a_small_segment_is_one_conditional_put() {
+        let rt = runtime();
+        a_small_segment_never_overwrites(Arc::new(InMemory::new()), &rt);
+    }
+
+    #[test]
+    fn the_map_refuses_gaps_and_reads_across_segments_but_not_past_the_end() {
+        let rt = runtime();
+        let store: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
+        let put = |name: &str, body: &'static [u8]| {
+            let key = prefix().join(name);
+            rt.block_on(store.put(&key, PutPayload::from_static(body)))
+                .unwrap();
+            key
+        };
+        let (a, b) = (put("a", b"0123"), put("b", b"456789"));
+        let segment = |start, len, key: &Path| Segment {
+            start,
+            len,
+            key: key.clone(),
+        };
+        let handle = rt.handle().clone();
+        let gap = Segments::new(
+            store.clone(),
+            handle.clone(),
+            vec![segment(0, 4, &a), segment(5, 6, &b)],
+        );
+        assert!(matches!(
+            gap,
+            Err(StoreError::SegmentGap { at: 4, next: 5 })
+        ));
+        let overlap = Segments::new(
+            store.clone(),
+            handle.clone(),
+            vec![segment(0, 4, &a), segment(3, 6, &b)],
+        );
+        assert!(matches!(
+            overlap,
+            Err(StoreError::SegmentGap { at: 4, next: 3 })
+        ));
+
+        let map = Segments::new(
+            store.clone(),
+            handle,
+            vec![segment(4, 6, &b), segment(0, 4, &a)],
+        )
+        .unwrap();
+        assert_eq!(map.size().unwrap(), 10);
+        let mut buf = [0u8; 5];
+        map.read_exact_at(&mut buf, 2).unwrap();
+        assert_eq!(&buf, b"23456");
+        for offset in [6, 10, u64::MAX - 2] {
+            let e = map.read_exact_at(&mut buf, offset).unwrap_err();
+            assert_eq!(e.kind(), io::ErrorKind::UnexpectedEof, "at {offset}");
+        }
+    }
+
+    /// The same on a real S3 server (SeaweedFS), in a plain bucket.
+    #[test]
+    fn segments_on_seaweedfs() {
+        use object_store::aws::{AmazonS3Builder, S3ConditionalPut};
+        use znippy_testkit::seaweed::{self, Seaweed};
+
+        let Some(server) = Seaweed::start() else {
+            return;
+        };
+        let rt = runtime();
+        let s3 = AmazonS3Builder::new()
+            .with_endpoint(&server.s3)
+            .with_allow_http(true)
+            .with_virtual_hosted_style_request(false)
+            .with_region("us-east-1")
+            .with_bucket_name(seaweed::BUCKET)
+            .with_access_key_id(seaweed::KEY_ID)
+            .with_secret_access_key(seaweed::SECRET)
+            .with_conditional_put(S3ConditionalPut::ETagMatch)
+            .build()
+            .unwrap();
+        let store: Arc<dyn ObjectStore> = Arc::new(s3);
+        two_appends_read_back(store.clone(), &rt);
+        a_segment_appears_whole_or_not_at_all(store.clone(), &rt);
+        a_small_segment_never_overwrites(store, &rt);
+    }
+}
