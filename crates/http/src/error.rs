@@ -99,8 +99,14 @@ error_codes! {
     Corrupt => "corrupt",
     /// Any other server-side failure (500).
     Internal => "internal",
+    /// What this deployment cannot do yet, such as sealing on object
+    /// storage (501).
+    Unsupported => "unsupported",
     /// An archive's blob file changed under the running server (503).
     Unavailable => "unavailable",
+    /// Object storage failed or could not be reached (503): nothing was
+    /// committed, and the same request may be sent again.
+    StorageUnavailable => "storage_unavailable",
     /// An append whose engine bound exceeds the whole engine memory (503).
     OverBudget => "over_budget",
     /// An append queued behind a group commit that failed: nothing was
@@ -119,6 +125,9 @@ impl ErrorCode {
             ErrorCode::NoSpace => Some("the server has no disk space left"),
             ErrorCode::Unavailable => {
                 Some("the archive's blob file changed under the server; it needs a restart")
+            }
+            ErrorCode::StorageUnavailable => {
+                Some("object storage failed or could not be reached; try again")
             }
             ErrorCode::Internal => Some("the server failed"),
             _ => None,
@@ -327,8 +336,16 @@ fn store_error(e: &StoreError, msg: String) -> ApiError {
         StoreError::Sealed(_) => ApiError::new(StatusCode::CONFLICT, ErrorCode::Sealed, msg),
         StoreError::BadId(_) => ApiError::bad_request(ErrorCode::BadId, msg),
         // Object storage down or unreachable: the client may retry later.
-        StoreError::SidecarGone(_) | StoreError::ObjectStore { .. } => {
+        StoreError::SidecarGone(_) => {
             ApiError::new(StatusCode::SERVICE_UNAVAILABLE, ErrorCode::Unavailable, msg)
+        }
+        StoreError::ObjectStore { .. } => ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            ErrorCode::StorageUnavailable,
+            msg,
+        ),
+        StoreError::Unsupported(_) => {
+            ApiError::new(StatusCode::NOT_IMPLEMENTED, ErrorCode::Unsupported, msg)
         }
         StoreError::OverBudget { .. } => {
             ApiError::new(StatusCode::SERVICE_UNAVAILABLE, ErrorCode::OverBudget, msg)
@@ -338,7 +355,9 @@ fn store_error(e: &StoreError, msg: String) -> ApiError {
         | StoreError::BadNamespaceProperty { .. }
         | StoreError::BadSummary { .. }
         | StoreError::BadRow { .. }
-        | StoreError::SegmentGap { .. }
+        | StoreError::SegmentClash { .. }
+        | StoreError::SegmentPastEnd { .. }
+        | StoreError::BadSegmentKey(_)
         | StoreError::PendingMeta(_) => {
             ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, ErrorCode::Corrupt, msg)
         }
@@ -421,8 +440,13 @@ mod tests {
         };
         let (status, body) = response(ApiError::from(down));
         assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
-        assert_eq!(body["error"]["code"], "unavailable");
+        assert_eq!(body["error"]["code"], "storage_unavailable");
         let message = body["error"]["message"].as_str().unwrap();
         assert!(!message.contains("znippy/a"), "{message}");
+
+        let seal = StoreError::Unsupported("sealing an archive on object storage");
+        let (status, body) = response(ApiError::from(seal));
+        assert_eq!(status, StatusCode::NOT_IMPLEMENTED);
+        assert_eq!(body["error"]["code"], "unsupported");
     }
 }

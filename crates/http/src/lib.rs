@@ -60,7 +60,7 @@ use utoipa::OpenApi as _;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 use znippy_store::Store;
-pub use znippy_store::StoreOptions;
+pub use znippy_store::{RemoteConfig, StoreOptions};
 
 pub use error::{ApiError, ErrorCode};
 pub use observe::Metrics;
@@ -74,6 +74,8 @@ pub const DEFAULT_MAX_BODY: u64 = 64 << 30;
 pub struct Config {
     /// The data directory (catalog, warehouse, sidecars, sealed archives).
     pub data: PathBuf,
+    /// A scaled-out deployment to run on instead of the data directory.
+    pub remote: Option<RemoteConfig>,
     /// Where to listen.
     pub listen: SocketAddr,
     /// The bearer token writes need; `None` means no auth at all.
@@ -112,6 +114,7 @@ impl Default for Config {
         let threads = std::thread::available_parallelism().map_or(2, |n| n.get());
         Config {
             data: PathBuf::from("znippy-data"),
+            remote: None,
             listen: SocketAddr::from(([127, 0, 0, 1], 7878)),
             token: None,
             private_reads: false,
@@ -135,8 +138,8 @@ pub enum ServeError {
          or pass --insecure-open if this network is trusted"
     )]
     OpenToNetwork(SocketAddr),
-    /// The data directory could not be opened.
-    #[error("opening the data directory: {0}")]
+    /// The data directory (or the scaled-out deployment) could not be opened.
+    #[error("opening the store: {0}")]
     Store(#[from] znippy_store::StoreError),
     /// Binding or serving failed.
     #[error("{0}")]
@@ -295,7 +298,11 @@ pub async fn serve_on(
         threads: config.threads,
         engine_memory: config.engine_memory,
     };
-    let store = Arc::new(Store::open_with(&config.data, opts).await?);
+    let store = match &config.remote {
+        None => Store::open_with(&config.data, opts).await?,
+        Some(remote) => Store::open_remote(remote.connect().await?, opts).await?,
+    };
+    let store = Arc::new(store);
     let (header_timeout, grace) = (config.header_timeout, config.shutdown_grace);
     let app = router(store.clone(), config);
     tracing::info!(addr = %listener.local_addr()?, "znippy serving");

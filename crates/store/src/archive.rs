@@ -37,14 +37,16 @@ use tokio::sync::oneshot;
 use iceberg::spec::{deserialize_data_file_from_json, serialize_data_file_to_json, DataFile};
 use iceberg::table::Table;
 use iceberg::transaction::{ApplyTransactionAction, Transaction};
-use iceberg::{Catalog, NamespaceIdent, TableIdent};
+use iceberg::{NamespaceIdent, TableIdent};
 use znippy_format::{
     check_file_rows, check_nesting, check_twins, failpoint, nfc, ArchiveProps, BatchStats,
     BlobRegion, BlobScratch, Engine, Entry, InputFile, Kind, MetaRow, MetaTable, Metadata, ReadAt,
     SliceRow, TailInfo,
 };
 
-use crate::catalog::{RedbCatalog, BLOB_END_KEY};
+use crate::backend::Backend;
+use crate::blobs::Blobs;
+use crate::catalog::BLOB_END_KEY;
 use crate::error::{Result, StoreError};
 use crate::file::{FileReader, ScratchPool};
 use crate::maintenance;
@@ -95,12 +97,12 @@ pub struct AppendReceipt {
 /// An append between its first and last step.
 pub(crate) struct PendingBlobs {
     engine: Engine,
-    sidecar: Arc<Sidecar>,
+    blobs: Arc<Blobs>,
     start: u64,
 }
 
 /// The middle of an append: streams `files` through the engine into the
-/// sidecar past the committed end and makes them durable. Holds no lock on the
+/// blob region past the committed end and makes them durable. Holds no lock on the
 /// archive's state: nothing it writes is reachable before the commit.
 pub(crate) async fn write_blobs<I>(
     pending: PendingBlobs,
@@ -112,16 +114,15 @@ where
 {
     let PendingBlobs {
         mut engine,
-        sidecar,
+        blobs,
         start,
     } = pending;
     tokio::task::spawn_blocking(move || {
-        let mut out = sidecar.writer_at(start);
-        let r = engine
-            .write_batch(files, &mut out, &mut |_| {})
-            .map_err(StoreError::from);
-        failpoint("store.blobs-written");
-        let r = r.and_then(|x| sidecar.sync().map(|_| x));
+        let r = blobs.write_at(start, |out| {
+            let r = engine.write_batch(files, out, &mut |_| {});
+            failpoint("store.blobs-written");
+            Ok(r?)
+        });
         failpoint("store.blobs-synced");
         (engine, r)
     })
@@ -148,8 +149,9 @@ pub struct SealPlan {
     /// Every committed row, dead ones included, when the seal must re-pack
     /// (`in_place` false); empty otherwise.
     pub committed: Vec<SliceRow>,
-    sidecar: Arc<Sidecar>,
-    sidecar_path: PathBuf,
+    blobs: Arc<Blobs>,
+    /// The sidecar's path, in a data directory.
+    sidecar_path: Option<PathBuf>,
     /// Where a copied sealed archive goes.
     pub sealed_dir: PathBuf,
     /// Set when the archive is sealed already.
@@ -159,13 +161,13 @@ pub struct SealPlan {
 impl SealPlan {
     /// The committed blob region, for a re-pack to copy from.
     pub fn blobs(&self) -> &dyn ReadAt {
-        &*self.sidecar
+        &*self.blobs
     }
 
     /// Whether `sealed` is the archive's own blob file with the tail written
     /// after its blobs (rather than a re-packed copy).
     pub fn is_in_place(&self, sealed: &SealedFile) -> bool {
-        sealed.path == self.sidecar_path
+        self.sidecar_path.as_ref() == Some(&sealed.path)
     }
 
     /// Seals in place: `write` gets a writer at `blob_end` in the blob file
@@ -177,17 +179,20 @@ impl SealPlan {
         &self,
         write: impl FnOnce(&mut dyn Write) -> std::result::Result<TailInfo, E>,
     ) -> std::result::Result<(SealedFile, TailInfo), E> {
-        let mut out = BufWriter::new(self.sidecar.writer_at(self.blob_end));
+        let (Some(sidecar), Some(path)) = (self.blobs.sidecar(), &self.sidecar_path) else {
+            return Err(StoreError::Unsupported("sealing an archive on object storage").into());
+        };
+        let mut out = BufWriter::new(sidecar.writer_at(self.blob_end));
         let tail = write(&mut out)?;
         let len = tail.archive_len;
         out.flush()
             .map_err(|e| StoreError::io("writing the tail", e))?;
         drop(out);
         failpoint("seal.tail-written");
-        self.sidecar.truncate(len)?;
-        self.sidecar.sync()?;
+        sidecar.truncate(len)?;
+        sidecar.sync()?;
         let sealed = SealedFile {
-            path: self.sidecar_path.clone(),
+            path: path.clone(),
             len,
         };
         Ok((sealed, tail))
@@ -200,8 +205,9 @@ pub struct LiveArchive {
     pub(crate) props: ArchiveProps,
     pub(crate) files_ident: TableIdent,
     pub(crate) meta_ident: TableIdent,
-    pub(crate) sidecar: Arc<Sidecar>,
-    pub(crate) sidecar_path: PathBuf,
+    pub(crate) blobs: Arc<Blobs>,
+    /// The sidecar's path, in a data directory.
+    pub(crate) sidecar_path: Option<PathBuf>,
     pub(crate) blob_end: u64,
     pub(crate) append_seq: u64,
     pub(crate) snapshot_id: Option<i64>,
@@ -349,19 +355,21 @@ impl LiveArchive {
     /// end, rolling a half-finished meta commit forward, and laying out the
     /// tables' path view again (a power cut can leave it a commit behind).
     pub(crate) async fn open(
-        catalog: &RedbCatalog,
+        catalog: &Backend,
         id: &str,
         ns: &NamespaceIdent,
-        sidecar_path: PathBuf,
         threads: usize,
     ) -> Result<Self> {
+        let sidecar_path = catalog.sidecar_path(id);
         let props = crate::namespace_props(catalog, ns).await?;
         let files_ident = TableIdent::new(ns.clone(), FILES.into());
         let meta_ident = TableIdent::new(ns.clone(), META.into());
         let files = tables::upgrade_files(catalog, catalog.load_table(&files_ident).await?).await?;
         let mut meta = catalog.load_table(&meta_ident).await?;
-        for ident in [&files_ident, &meta_ident] {
-            catalog.lay_out(ident).await;
+        if let Some(redb) = catalog.redb() {
+            for ident in [&files_ident, &meta_ident] {
+                redb.lay_out(ident).await;
+            }
         }
         let append_seq = summary_u64(&files, APPEND_SEQ_KEY)?;
         if summary_u64(&meta, APPEND_SEQ_KEY)? < append_seq {
@@ -371,29 +379,30 @@ impl LiveArchive {
         }
         let blob_end = summary_u64(&files, BLOB_END_KEY)?;
         let all_rows = tables::file_rows(&tables::scan_all(&files).await?)?;
+        let segments: Vec<_> = all_rows.iter().filter_map(|r| r.segment.clone()).collect();
         let row_count = all_rows.len();
         let live = live_files(all_rows)?;
         let dead = row_count != live.values().map(|f| f.rows.len()).sum::<usize>();
         let meta_rows = tables::meta_rows(&tables::scan_all(&meta).await?)?;
         let meta = live_meta(meta_rows, props.with_meta)?;
-        let sidecar = match &props.sealed {
+        let blobs = match &props.sealed {
             // A sealed archive's blobs (and tail) are immutable: never truncate.
             Some(sealed) => {
-                if sealed.path != sidecar_path {
+                if let Some(old) = sidecar_path.as_ref().filter(|p| **p != sealed.path) {
                     // A crash after the seal committed and before the re-packed
                     // archive's old sidecar went: its dead bytes go now.
-                    let _ = std::fs::remove_file(&sidecar_path);
+                    let _ = std::fs::remove_file(old);
                 }
-                Sidecar::open_existing(&sealed.path)?
+                Blobs::Sidecar(Sidecar::open_existing(&sealed.path)?)
             }
-            None => Sidecar::open(&sidecar_path, blob_end)?,
+            None => catalog.open_blobs(id, blob_end, segments)?,
         };
         let mut archive = LiveArchive {
             id: id.to_string(),
             props: props.archive,
             files_ident,
             meta_ident,
-            sidecar: Arc::new(sidecar),
+            blobs: Arc::new(blobs),
             sidecar_path,
             blob_end,
             append_seq,
@@ -486,7 +495,7 @@ impl LiveArchive {
             chunk_size: self.props.chunk_size,
             end: self.blob_end,
         };
-        let src: Arc<dyn ReadAt> = self.sidecar.clone();
+        let src: Arc<dyn ReadAt> = self.blobs.clone();
         FileReader::new(path, file.rows.clone(), region, src, scratches)
     }
 
@@ -530,7 +539,7 @@ impl LiveArchive {
         let start = engine.blob_end();
         Ok(PendingBlobs {
             engine,
-            sidecar: Arc::clone(&self.sidecar),
+            blobs: Arc::clone(&self.blobs),
             start,
         })
     }
@@ -578,7 +587,7 @@ impl LiveArchive {
         let queue = std::mem::take(&mut self.queue);
         let end = queue.last()?.end;
         let started = std::time::Instant::now();
-        if let Err(e) = self.sidecar.check_in_place() {
+        if let Err(e) = self.blobs.check_in_place() {
             let e = Arc::new(e);
             for q in queue {
                 let _ = q.done.send(Err(StoreError::Commit(Arc::clone(&e))));
@@ -738,8 +747,8 @@ impl LiveArchive {
     /// open cuts them off.
     /// The caller holds the writer lock and nothing is queued.
     pub(crate) fn abandon_append(&mut self) {
-        if let Err(e) = self.sidecar.truncate(self.blob_end) {
-            tracing::warn!("{}: rolling the sidecar back failed: {e}", self.id);
+        if let Err(e) = self.blobs.truncate(self.blob_end) {
+            tracing::warn!("{}: rolling the blobs back failed: {e}", self.id);
         }
         self.broken = false;
         self.engine_stale = false;
@@ -760,7 +769,7 @@ impl LiveArchive {
             .map(|s| {
                 let link_target = match Kind::of(s.mode)? {
                     Kind::Symlink => {
-                        let target = region.read_slice(&*self.sidecar, s, &mut scratch)?;
+                        let target = region.read_slice(&*self.blobs, s, &mut scratch)?;
                         Some(String::from_utf8_lossy(target).into_owned())
                     }
                     Kind::File | Kind::Dir => None,
@@ -770,6 +779,9 @@ impl LiveArchive {
                     append_seq: seq,
                     tombstone: false,
                     link_target,
+                    segment: (s.blob_size > 0)
+                        .then(|| self.blobs.segment_of(s.blob_offset))
+                        .flatten(),
                 })
             })
             .collect()
@@ -802,7 +814,7 @@ impl LiveArchive {
             meta: self.meta.clone(),
             in_place: !self.dead,
             committed: Vec::new(),
-            sidecar: Arc::clone(&self.sidecar),
+            blobs: Arc::clone(&self.blobs),
             sidecar_path: self.sidecar_path.clone(),
             sealed_dir,
             already: self.sealed.clone(),
@@ -836,7 +848,7 @@ impl LiveArchive {
     }
 
     /// Deletes `path` with a tombstone row, as one commit, and says what it left.
-    pub(crate) async fn delete(&mut self, catalog: &RedbCatalog, path: &str) -> Result<Committed> {
+    pub(crate) async fn delete(&mut self, catalog: &Backend, path: &str) -> Result<Committed> {
         if self.dropped {
             return Err(StoreError::NoArchive(self.id.clone()));
         }
@@ -863,6 +875,7 @@ impl LiveArchive {
             append_seq: seq,
             tombstone: true,
             link_target: None,
+            segment: None,
         };
         // The file's facts go with it, so a path added again later starts bare.
         let facts: Vec<MetaRow> = match &self.meta {
@@ -898,7 +911,7 @@ impl Group {
     /// Steps 2 to 4 for the whole group: the `files` snapshot id, and how
     /// the metadata step went (the appends are committed either way once the
     /// snapshot is; a failed metadata step is rolled forward on open).
-    pub(crate) async fn commit(&self, catalog: &RedbCatalog) -> Result<(Committed, Result<()>)> {
+    pub(crate) async fn commit(&self, catalog: &Backend) -> Result<(Committed, Result<()>)> {
         let seq = self.appends.last().map_or(0, |(_, s)| *s);
         let idents = (&self.files_ident, &self.meta_ident);
         let (mut committed, pending) = commit_change(
@@ -933,7 +946,7 @@ impl Group {
 /// Steps 2 and 3 of a change to `tables` (`files`, `meta`): returns the
 /// `files` snapshot id and the meta data files still to commit (step 4).
 async fn commit_change(
-    catalog: &RedbCatalog,
+    catalog: &Backend,
     idents: (&TableIdent, &TableIdent),
     seq: u64,
     file_rows: &[FileRow],
@@ -974,7 +987,7 @@ async fn commit_change(
 /// That snapshot is committed already; if this fails, the next open rolls
 /// the rows forward. Returns whether `meta` is due for maintenance.
 async fn commit_pending_meta(
-    catalog: &RedbCatalog,
+    catalog: &Backend,
     meta_ident: &TableIdent,
     pending: Vec<DataFile>,
     seq: u64,
@@ -1020,7 +1033,7 @@ fn encode_data_files(table: &Table, files: &[DataFile]) -> Result<String> {
 
 /// One `files` snapshot: the commit point of an append or a delete.
 async fn commit_files(
-    catalog: &RedbCatalog,
+    catalog: &Backend,
     files: &Table,
     data: Vec<DataFile>,
     props: HashMap<String, String>,
@@ -1031,7 +1044,7 @@ async fn commit_files(
         .with_check_duplicate(false)
         .add_data_files(data)
         .set_snapshot_properties(props);
-    let committed = action.apply(tx)?.commit(catalog).await?;
+    let committed = action.apply(tx)?.commit(catalog.catalog()).await?;
     let snapshot = committed.metadata().current_snapshot().ok_or_else(|| {
         iceberg::Error::new(iceberg::ErrorKind::Unexpected, "a commit left no snapshot")
     })?;
@@ -1050,7 +1063,7 @@ pub(crate) struct Committed {
 }
 
 async fn commit_meta(
-    catalog: &RedbCatalog,
+    catalog: &Backend,
     meta: &Table,
     files: Vec<DataFile>,
     seq: u64,
@@ -1062,13 +1075,13 @@ async fn commit_meta(
         .with_check_duplicate(false)
         .add_data_files(files)
         .set_snapshot_properties(props);
-    Ok(action.apply(tx)?.commit(catalog).await?)
+    Ok(action.apply(tx)?.commit(catalog.catalog()).await?)
 }
 
 /// Commits the meta data files a `files` snapshot named but whose own commit
 /// did not happen (a crash between the two commits of one append).
 async fn roll_forward_meta(
-    catalog: &RedbCatalog,
+    catalog: &Backend,
     meta: &Table,
     pending: &str,
     seq: u64,

@@ -42,15 +42,32 @@ pub enum StoreError {
         #[source]
         source: object_store::Error,
     },
-    /// The segments an archive's commits name do not tile its blob region:
-    /// the bytes from `at` to `next` are in no segment.
-    #[error("corrupt live archive: no blob segment holds bytes {at}..{next}")]
-    SegmentGap {
-        /// Where the gap (or, if `next` is below it, the overlap) starts.
-        at: u64,
-        /// Where the next segment starts.
-        next: u64,
+    /// A scaled-out deployment's configuration does not hold together.
+    #[error("{0}")]
+    BadRemote(String),
+    /// What the store cannot do yet on this backend.
+    #[error("{0} is not supported yet")]
+    Unsupported(&'static str),
+    /// Two blob segments of a live archive start at the same byte.
+    #[error("corrupt live archive: blob segments {keys:?} both start at byte {start}")]
+    SegmentClash {
+        /// Where they start.
+        start: u64,
+        /// Their keys.
+        keys: [String; 2],
     },
+    /// A live archive's rows name a blob segment that starts at or past the
+    /// committed end of its blob region.
+    #[error("corrupt live archive: a blob segment starts at byte {start}, past the end {end}")]
+    SegmentPastEnd {
+        /// Where it starts.
+        start: u64,
+        /// The committed end.
+        end: u64,
+    },
+    /// A live archive's rows name a blob segment by a key that is no object key.
+    #[error("corrupt live archive: {0:?} is not a blob segment's key")]
+    BadSegmentKey(String),
     /// The sidecar file was removed or replaced under the store: nothing can
     /// be made durable in it until the archive is reopened.
     #[error("the blob file {0:?} was removed or replaced while the service ran; restart it")]
@@ -152,6 +169,8 @@ pub enum RowProblem {
     Negative(i64),
     /// A count or offset past the largest Iceberg `long`.
     TooLarge(u64),
+    /// Set in a row whose paired column is null, or null where it is set.
+    Unpaired(&'static str),
 }
 
 impl std::fmt::Display for RowProblem {
@@ -161,6 +180,7 @@ impl std::fmt::Display for RowProblem {
             RowProblem::WrongType => f.write_str("has an unexpected type"),
             RowProblem::Negative(v) => write!(f, "holds a negative value, {v}"),
             RowProblem::TooLarge(v) => write!(f, "cannot hold {v}, past the largest long"),
+            RowProblem::Unpaired(other) => write!(f, "is set or null without `{other}`"),
         }
     }
 }

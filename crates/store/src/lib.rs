@@ -1,6 +1,6 @@
-//! Live znippy archives: rows in Apache Iceberg tables, blobs in a sidecar.
+//! Live znippy archives: rows in Apache Iceberg tables, blobs beside them.
 //!
-//! A [`Store`] is a data directory:
+//! A [`Store`] is, by default, a data directory:
 //!
 //! ```text
 //! DIR/catalog.redb             the Iceberg catalog (namespaces, table pointers)
@@ -14,6 +14,10 @@
 //! slice, its `meta` table one row per metadata fact; both are append logs where
 //! the latest append of a path wins and a tombstone deletes (see `tables.rs`).
 //! Any Iceberg reader (DuckDB, Spark, pyiceberg) sees them live.
+//!
+//! Scaled out ([`Store::open_remote`]), the same tables are in an Iceberg
+//! REST catalog with their files on S3, and each append's blobs are a new
+//! immutable segment object in a bucket (`segments.rs`).
 //!
 //! Appends go through the container's engine (the same workers, packing and
 //! dedupe as `znippy compress`) and commit in groups, one snapshot for the
@@ -32,6 +36,9 @@
 //!
 //! - `archive.rs`: one live archive's derived state, and the append and delete
 //!   protocol with its recovery.
+//! - `backend.rs`: where a store keeps its archives (the catalog, and the
+//!   home of the blobs); `remote.rs`: connecting to a REST catalog and S3.
+//! - `blobs.rs`: an archive's blob region, a sidecar or segments.
 //! - `maintenance.rs`: rewrites and expiry, which keep the tables small off
 //!   the appends' path.
 //! - `tables.rs`: the `files` and `meta` tables: schemas, rows to Arrow and back,
@@ -51,6 +58,8 @@
 //! - `error.rs`: [`StoreError`].
 
 mod archive;
+mod backend;
+mod blobs;
 mod budget;
 mod catalog;
 mod db_file;
@@ -58,6 +67,7 @@ mod error;
 mod file;
 mod maintenance;
 mod object_storage;
+mod remote;
 mod segments;
 mod sidecar;
 mod storage;
@@ -70,7 +80,7 @@ use std::sync::Arc;
 
 use iceberg::spec::SortOrder;
 use iceberg::table::Table;
-use iceberg::{Catalog, ErrorKind, NamespaceIdent, TableCreation, TableIdent};
+use iceberg::{ErrorKind, NamespaceIdent, TableCreation, TableIdent};
 use tokio::sync::{Mutex, OwnedMutexGuard};
 use tokio_util::task::TaskTracker;
 use znippy_format::{
@@ -80,11 +90,12 @@ use znippy_format::{
 
 use archive::LiveArchive;
 pub use archive::{AppendReceipt, SealPlan};
+use backend::Backend;
 pub use catalog::{RedbCatalog, BLOB_END_KEY};
 pub use error::{Abandoned, Result, RowProblem, StoreError};
 pub use file::FileReader;
 pub use object_storage::{ObjectStorage, ObjectStorageFactory};
-pub use segments::{Segment, SegmentWriter, Segments, PART, PARTS_IN_FLIGHT};
+pub use remote::{Remote, RemoteConfig};
 pub use tables::TableKind;
 
 /// Root namespace of all archives.
@@ -134,9 +145,9 @@ pub struct ArchiveInfo {
     pub files: u64,
     /// Sum of the live files' sizes.
     pub bytes_in: u64,
-    /// Committed bytes of the sidecar (blob region).
+    /// Committed bytes of the blob region.
     pub bytes_stored: u64,
-    /// Bytes read from the sidecar (or the sealed file) since this store
+    /// Bytes read from the blob region (or the sealed file) since this store
     /// opened it: reads touch only the slices they return.
     pub bytes_read: u64,
     /// The current `files` snapshot.
@@ -171,7 +182,7 @@ pub struct SealedFile {
     pub len: u64,
 }
 
-pub(crate) async fn namespace_props(catalog: &RedbCatalog, ns: &NamespaceIdent) -> Result<NsProps> {
+pub(crate) async fn namespace_props(catalog: &Backend, ns: &NamespaceIdent) -> Result<NsProps> {
     let p = catalog.get_namespace(ns).await?.properties().clone();
     let bad = |key: &str| StoreError::BadNamespaceProperty {
         key: key.to_string(),
@@ -204,18 +215,13 @@ pub(crate) async fn namespace_props(catalog: &RedbCatalog, ns: &NamespaceIdent) 
     })
 }
 
-async fn set_ns_prop(
-    catalog: &RedbCatalog,
-    ns: &NamespaceIdent,
-    key: &str,
-    value: &str,
-) -> Result<()> {
+async fn set_ns_prop(catalog: &Backend, ns: &NamespaceIdent, key: &str, value: &str) -> Result<()> {
     let mut p = catalog.get_namespace(ns).await?.properties().clone();
     p.insert(key.into(), value.into());
     Ok(catalog.update_namespace(ns, p).await?)
 }
 
-pub(crate) async fn set_has_meta(catalog: &RedbCatalog, ns: &NamespaceIdent) -> Result<()> {
+pub(crate) async fn set_has_meta(catalog: &Backend, ns: &NamespaceIdent) -> Result<()> {
     set_ns_prop(catalog, ns, P_META, "true").await
 }
 
@@ -281,7 +287,7 @@ impl Slot {
     /// Commits the appends queued on the archive, if any, as one group. The
     /// caller holds the commit lock. Returns whether the tables are due for
     /// maintenance.
-    async fn commit_queued(&self, catalog: &RedbCatalog) -> bool {
+    async fn commit_queued(&self, catalog: &Backend) -> bool {
         let Some(group) = self.state.lock().await.take_group() else {
             return false;
         };
@@ -293,7 +299,7 @@ impl Slot {
 
     /// Waits until no append is queued: what a change that is not an append
     /// (a delete, a seal, a drop) does first, under the writer lock.
-    async fn flush(&self, catalog: &RedbCatalog) {
+    async fn flush(&self, catalog: &Backend) {
         let _commit = self.commit.lock().await;
         self.commit_queued(catalog).await;
     }
@@ -302,11 +308,15 @@ impl Slot {
     /// unless that task is running already. The change before it is
     /// committed, so a failure there is not its failure: a later change
     /// starts it again.
-    fn maintain(self: &Arc<Self>, catalog: &RedbCatalog, changes: &TaskTracker) {
+    fn maintain(self: &Arc<Self>, catalog: &Backend, changes: &TaskTracker) {
+        // Another catalog's tables are its owner's to maintain.
+        let Some(catalog) = catalog.redb().cloned() else {
+            return;
+        };
         let Ok(running) = Arc::clone(&self.maintenance).try_lock_owned() else {
             return;
         };
-        let (slot, catalog) = (Arc::clone(self), catalog.clone());
+        let slot = Arc::clone(self);
         changes.spawn(async move {
             let _running = running;
             let idents = {
@@ -340,10 +350,11 @@ impl std::fmt::Debug for SealGuard {
     }
 }
 
-/// A data directory of live archives.
+/// Live archives: in a data directory, or on a catalog and object storage.
 pub struct Store {
-    catalog: RedbCatalog,
-    dir: PathBuf,
+    catalog: Backend,
+    /// The data directory, when there is one.
+    dir: Option<PathBuf>,
     threads: usize,
     open: Mutex<HashMap<String, Arc<Slot>>>,
     scratches: Arc<file::ScratchPool>,
@@ -374,14 +385,39 @@ impl Store {
                 .map_err(|e| StoreError::io(format!("creating {}", dir.join(sub).display()), e))?;
         }
         let catalog = RedbCatalog::open(&dir.join("catalog.redb"), &dir.join("warehouse")).await?;
+        let backend = Backend::local(catalog, dir.join("blobs"));
+        Self::open_on(backend, Some(dir.to_path_buf()), opts).await
+    }
+
+    /// Opens the archives of a scaled-out deployment ([`RemoteConfig::connect`]):
+    /// the tables in its catalog, the blobs as segment objects in its bucket.
+    /// Its object-storage requests run on the current runtime.
+    pub async fn open_remote(remote: Remote, opts: StoreOptions) -> Result<Self> {
+        let Remote {
+            catalog,
+            blobs,
+            prefix,
+        } = remote;
+        let runtime = tokio::runtime::Handle::current();
+        let backend = Backend::remote(catalog, blobs, prefix, runtime);
+        Self::open_on(backend, None, opts).await
+    }
+
+    async fn open_on(catalog: Backend, dir: Option<PathBuf>, opts: StoreOptions) -> Result<Self> {
         let root = NamespaceIdent::new(ROOT_NAMESPACE.into());
         if !catalog.namespace_exists(&root).await? {
-            catalog.create_namespace(&root, HashMap::new()).await?;
+            match catalog.create_namespace(&root, HashMap::new()).await {
+                // Another node made it first.
+                Err(e) if e.kind() == ErrorKind::NamespaceAlreadyExists => {}
+                r => {
+                    r?;
+                }
+            }
         }
         let threads = opts.threads.max(1);
         Ok(Store {
             catalog,
-            dir: dir.to_path_buf(),
+            dir,
             threads,
             open: Mutex::new(HashMap::new()),
             scratches: Arc::default(),
@@ -414,10 +450,6 @@ impl Store {
 
     fn ns(id: &str) -> NamespaceIdent {
         NamespaceIdent::from_strs([ROOT_NAMESPACE, id]).expect("two non-empty parts")
-    }
-
-    fn sidecar_path(&self, id: &str) -> PathBuf {
-        self.dir.join("blobs").join(format!("{id}.znippy"))
     }
 
     /// Creates an empty live archive.
@@ -489,8 +521,7 @@ impl Store {
         if !self.catalog.namespace_exists(&ns).await? {
             return Err(StoreError::NoArchive(id.to_string()));
         }
-        let a =
-            LiveArchive::open(&self.catalog, id, &ns, self.sidecar_path(id), self.threads).await?;
+        let a = LiveArchive::open(&self.catalog, id, &ns, self.threads).await?;
         let engine_bound = self.budget.bound(a.props).await?;
         let slot = Arc::new(Slot {
             writer: Arc::new(Mutex::new(())),
@@ -533,7 +564,7 @@ impl Store {
                 .map(|r| r.uncompressed_size)
                 .sum(),
             bytes_stored: a.blob_end,
-            bytes_read: a.sidecar.bytes_read(),
+            bytes_read: a.blobs.bytes_read(),
             snapshot_id: a.snapshot_id,
             appends: a.append_seq,
         })
@@ -554,8 +585,11 @@ impl Store {
             self.catalog.purge_table(t).await?;
         }
         self.catalog.drop_namespace(&ns).await?;
-        // The files may already be gone (a copied seal removes the sidecar).
-        let _ = std::fs::remove_file(&a.sidecar_path);
+        // The tables that named the blobs are gone: what a failure here
+        // leaves is garbage, not a half-dropped archive.
+        if let Err(e) = a.blobs.remove().await {
+            tracing::warn!("{id}: removing the blobs of a dropped archive: {e}");
+        }
         if let Some(sealed) = &a.sealed {
             let _ = std::fs::remove_file(&sealed.path);
         }
@@ -783,6 +817,11 @@ impl Store {
     /// wait until [`Store::finish_seal`]; reads go on.
     pub async fn begin_seal(&self, id: &str) -> Result<(SealGuard, SealPlan)> {
         let slot = self.slot(id).await?;
+        let Some(dir) = &self.dir else {
+            return Err(StoreError::Unsupported(
+                "sealing an archive on object storage",
+            ));
+        };
         let writer = Arc::clone(&slot.writer).lock_owned().await;
         slot.flush(&self.catalog).await;
         let (mut plan, files) = {
@@ -791,7 +830,7 @@ impl Store {
                 return Err(StoreError::NoArchive(id.to_string()));
             }
             (
-                state.seal_plan(self.dir.join("sealed")),
+                state.seal_plan(dir.join("sealed")),
                 state.files_ident.clone(),
             )
         };
@@ -825,9 +864,9 @@ impl Store {
         );
         p.insert(P_SEALED_LEN.into(), file.len.to_string());
         self.catalog.update_namespace(&ns, p).await?;
-        if file.path != state.sidecar_path {
+        if let Some(sidecar) = state.sidecar_path.as_ref().filter(|p| **p != file.path) {
             // The blobs now live in the sealed file; the sidecar is dead weight.
-            let _ = std::fs::remove_file(&state.sidecar_path);
+            let _ = std::fs::remove_file(sidecar);
         }
         state.sealed = Some(file);
         Ok(())

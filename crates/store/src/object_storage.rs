@@ -153,11 +153,7 @@ impl Storage for ObjectStorage {
     async fn delete_prefix(&self, path: &str) -> Result<()> {
         let store = self.store()?.clone();
         let prefix = self.key(path)?;
-        let keys = store
-            .list(Some(&prefix))
-            .map_ok(|meta| meta.location)
-            .boxed();
-        drain(store.delete_stream(keys))
+        delete_prefix(&store, &prefix)
             .await
             .map_err(store_error("deleting everything under", path))
     }
@@ -186,6 +182,18 @@ impl Storage for ObjectStorage {
     fn new_output(&self, path: &str) -> Result<OutputFile> {
         Ok(OutputFile::new(Arc::new(self.clone()), path.to_string()))
     }
+}
+
+/// Deletes every object under `prefix`, in bulk requests.
+pub(crate) async fn delete_prefix(
+    store: &Arc<dyn ObjectStore>,
+    prefix: &Path,
+) -> object_store::Result<()> {
+    let keys = store
+        .list(Some(prefix))
+        .map_ok(|meta| meta.location)
+        .boxed();
+    drain(store.delete_stream(keys)).await
 }
 
 /// Runs a stream of deletes to its end; an object already gone is deleted.

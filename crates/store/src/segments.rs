@@ -24,11 +24,15 @@
 //! row points into.
 //!
 //! Both the writer and the map's reads block on the async object store
-//! client: they are for the blocking threads the engine and the readers
-//! already run on (`spawn_blocking`), and panic on a runtime's worker.
+//! client (`ReadAt` and `Write` are blocking interfaces, as the format's
+//! readers and the engine are): on the blocking threads the engine and the
+//! long reads run on, or, for a short read, on a worker of a multi-threaded
+//! runtime, which hands its other tasks over while it waits.
 
+use std::collections::BTreeMap;
 use std::io::{self, Write};
-use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, RwLock};
 
 use bytes::Bytes;
 use object_store::path::Path;
@@ -61,6 +65,12 @@ impl Segment {
     fn end(&self) -> u64 {
         self.start + self.len
     }
+}
+
+/// Runs `f` to its end from blocking code, on a blocking thread or on a
+/// multi-threaded runtime's worker.
+fn block_on<F: std::future::Future>(runtime: &Handle, f: F) -> F::Output {
+    tokio::task::block_in_place(|| runtime.block_on(f))
 }
 
 fn store_error(context: impl Into<String>) -> impl FnOnce(object_store::Error) -> StoreError {
@@ -115,11 +125,13 @@ impl SegmentWriter {
     }
 
     /// Bytes written so far.
+    #[cfg(test)]
     pub fn written(&self) -> u64 {
         self.written
     }
 
     /// The key the segment is written under.
+    #[cfg(test)]
     pub fn key(&self) -> &Path {
         &self.key
     }
@@ -133,14 +145,12 @@ impl SegmentWriter {
             key: self.key.clone(),
         };
         if let Some(upload) = self.upload.take() {
-            self.runtime
-                .block_on(upload.finish())
+            block_on(&self.runtime, upload.finish())
                 .map_err(store_error(format!("completing segment {}", self.key)))?;
         } else if !self.head.is_empty() {
             let body = PutPayload::from(std::mem::take(&mut self.head));
             let create = PutOptions::from(PutMode::Create);
-            self.runtime
-                .block_on(self.store.put_opts(&self.key, body, create))
+            block_on(&self.runtime, self.store.put_opts(&self.key, body, create))
                 .map_err(store_error(format!("writing segment {}", self.key)))?;
         }
         Ok(segment)
@@ -148,9 +158,7 @@ impl SegmentWriter {
 
     /// A multipart upload that starts with the held head.
     fn start_upload(&mut self) -> io::Result<WriteMultipart> {
-        let upload = self
-            .runtime
-            .block_on(self.store.put_multipart(&self.key))
+        let upload = block_on(&self.runtime, self.store.put_multipart(&self.key))
             .map_err(io::Error::other)?;
         let mut upload = WriteMultipart::new_with_chunk_size(upload, PART);
         // A full part is uploaded by a task spawned on the current runtime.
@@ -173,8 +181,7 @@ impl Write for SegmentWriter {
                 None => self.start_upload()?,
             };
             let upload = self.upload.insert(upload);
-            self.runtime
-                .block_on(upload.wait_for_capacity(PARTS_IN_FLIGHT))
+            block_on(&self.runtime, upload.wait_for_capacity(PARTS_IN_FLIGHT))
                 .map_err(io::Error::other)?;
             let _runtime = self.runtime.enter();
             upload.write(buf);
@@ -203,95 +210,214 @@ impl Drop for SegmentWriter {
     }
 }
 
-/// The committed segments of a blob region, in order and without gaps: a
-/// [`ReadAt`] over the region, each read one ranged GET per segment it
-/// touches.
-#[derive(Clone)]
+/// Which segment holds a row's blob: its key, and where it starts in the
+/// blob region. The `files` rows carry it (columns `segment` and
+/// `segment_start`), so the map is derived from the tables like the rest
+/// of an archive's state.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SegmentRef {
+    /// Where the segment starts in the blob region.
+    pub start: u64,
+    /// Its object's key.
+    pub key: String,
+}
+
+/// The segments of one archive's blob region, by start: a [`ReadAt`] over
+/// the region, each read one ranged GET per segment it touches, and the
+/// maker of the next segment's writer.
+///
+/// The map holds the committed segments and those of appends whose blobs
+/// are written but not yet committed, as a sidecar holds their bytes past
+/// the committed end: no committed row points into them until their commit.
+/// A segment's length is where the next one starts (or the region ends), so
+/// the map has no gaps but the one before the first segment, which only an
+/// append whose blobs all died can leave, and which nothing reads.
 pub struct Segments {
     store: Arc<dyn ObjectStore>,
     runtime: Handle,
-    /// Sorted by `start`; each starts where the one before ends, the first at 0.
-    list: Vec<Segment>,
+    /// Where new segments go.
+    prefix: Path,
+    /// Sorted by `start`, each ending where the next starts.
+    list: RwLock<Vec<Segment>>,
+    read: AtomicU64,
 }
 
 impl std::fmt::Debug for Segments {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Segments")
+            .field("prefix", &self.prefix)
             .field("list", &self.list)
             .finish_non_exhaustive()
     }
 }
 
 impl Segments {
-    /// The map of `list`, which must tile the region from 0 (as the commits
-    /// that named them left it); a gap or an overlap is refused.
+    /// The map of the segments `refs` name, in a region that ends at `end`;
+    /// new segments go under `prefix`. Refs may repeat (every row of a
+    /// segment names it); two keys at one start, or a segment starting at
+    /// or past the end, are corruption.
     pub fn new(
         store: Arc<dyn ObjectStore>,
         runtime: Handle,
-        mut list: Vec<Segment>,
+        prefix: Path,
+        refs: impl IntoIterator<Item = SegmentRef>,
+        end: u64,
     ) -> Result<Self> {
-        list.retain(|s| s.len > 0);
-        list.sort_by_key(|s| s.start);
-        let mut end = 0;
-        for s in &list {
-            if s.start != end {
-                return Err(StoreError::SegmentGap {
-                    at: end,
-                    next: s.start,
+        let mut starts: BTreeMap<u64, String> = BTreeMap::new();
+        for r in refs {
+            if r.start >= end {
+                return Err(StoreError::SegmentPastEnd {
+                    start: r.start,
+                    end,
                 });
             }
-            end = s.end();
+            match starts.get(&r.start) {
+                Some(key) if *key != r.key => {
+                    return Err(StoreError::SegmentClash {
+                        start: r.start,
+                        keys: [key.clone(), r.key],
+                    })
+                }
+                Some(_) => {}
+                None => {
+                    starts.insert(r.start, r.key);
+                }
+            }
+        }
+        let ends = starts
+            .keys()
+            .skip(1)
+            .copied()
+            .chain([end])
+            .collect::<Vec<_>>();
+        let mut list = Vec::with_capacity(starts.len());
+        for ((start, key), end) in starts.into_iter().zip(ends) {
+            let key = Path::parse(&key).map_err(|_| StoreError::BadSegmentKey(key))?;
+            list.push(Segment {
+                start,
+                len: end - start,
+                key,
+            });
         }
         Ok(Segments {
             store,
             runtime,
-            list,
+            prefix,
+            list: RwLock::new(list),
+            read: AtomicU64::new(0),
         })
     }
 
-    /// End of the blob region.
-    pub fn end(&self) -> u64 {
-        self.list.last().map_or(0, Segment::end)
+    /// A writer of the segment that starts at `start`, the end of the last.
+    pub fn writer(&self, start: u64) -> SegmentWriter {
+        SegmentWriter::new(
+            Arc::clone(&self.store),
+            self.runtime.clone(),
+            &self.prefix,
+            start,
+        )
     }
 
-    /// The segments, in order.
-    pub fn list(&self) -> &[Segment] {
-        &self.list
+    /// Adds a finished segment after the last one.
+    pub fn push(&self, segment: Segment) {
+        if segment.len > 0 {
+            self.list_mut().push(segment);
+        }
+    }
+
+    /// Forgets the segments from `end` on (their appends committed nothing):
+    /// the objects stay, unnamed, for garbage collection.
+    pub fn truncate(&self, end: u64) {
+        self.list_mut().retain(|s| s.start < end);
+    }
+
+    /// The segment that holds byte `offset`.
+    pub fn segment_of(&self, offset: u64) -> Option<SegmentRef> {
+        let list = self.list();
+        let i = list.partition_point(|s| s.end() <= offset);
+        list.get(i)
+            .filter(|s| s.start <= offset)
+            .map(|s| SegmentRef {
+                start: s.start,
+                key: s.key.to_string(),
+            })
+    }
+
+    /// End of the last segment.
+    pub fn end(&self) -> u64 {
+        self.list().last().map_or(0, Segment::end)
+    }
+
+    /// Bytes read since the map was made.
+    pub fn bytes_read(&self) -> u64 {
+        self.read.load(Ordering::Relaxed)
+    }
+
+    /// The objects every segment of the map is stored in, for a drop.
+    pub fn store(&self) -> (&Arc<dyn ObjectStore>, &Path) {
+        (&self.store, &self.prefix)
+    }
+
+    fn list(&self) -> std::sync::RwLockReadGuard<'_, Vec<Segment>> {
+        self.list
+            .read()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    fn list_mut(&self) -> std::sync::RwLockWriteGuard<'_, Vec<Segment>> {
+        self.list
+            .write()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// The ranges of `len` bytes at `offset`, per segment: taken under the
+    /// lock, read without it.
+    fn pieces(&self, offset: u64, len: u64) -> io::Result<Vec<(Path, u64, u64)>> {
+        let list = self.list();
+        let end = list.last().map_or(0, Segment::end);
+        if offset.checked_add(len).is_none_or(|e| e > end) {
+            return Err(io::Error::new(
+                io::ErrorKind::UnexpectedEof,
+                format!("read past the end of the blob segments ({end})"),
+            ));
+        }
+        let mut i = list.partition_point(|s| s.end() <= offset);
+        let (mut offset, mut left) = (offset, len);
+        let mut out = Vec::new();
+        while left > 0 {
+            let s = &list[i];
+            if s.start > offset {
+                return Err(io::Error::new(
+                    io::ErrorKind::UnexpectedEof,
+                    format!("no blob segment holds byte {offset}"),
+                ));
+            }
+            let from = offset - s.start;
+            let n = (s.len - from).min(left);
+            out.push((s.key.clone(), from, n));
+            offset += n;
+            left -= n;
+            i += 1;
+        }
+        Ok(out)
     }
 }
 
 impl ReadAt for Segments {
-    fn read_exact_at(&self, mut buf: &mut [u8], mut offset: u64) -> io::Result<()> {
-        let past_end = offset
-            .checked_add(buf.len() as u64)
-            .is_none_or(|end| end > self.end());
-        if past_end {
-            return Err(io::Error::new(
-                io::ErrorKind::UnexpectedEof,
-                format!("read past the end of the blob region ({})", self.end()),
-            ));
-        }
-        // The first segment that ends past `offset` holds it.
-        let mut i = self.list.partition_point(|s| s.end() <= offset);
-        while !buf.is_empty() {
-            let s = &self.list[i];
-            let from = offset - s.start;
-            let n = (s.len - from).min(buf.len() as u64);
-            let got = self
-                .runtime
-                .block_on(self.store.get_range(&s.key, from..from + n))
+    fn read_exact_at(&self, mut buf: &mut [u8], offset: u64) -> io::Result<()> {
+        for (key, from, n) in self.pieces(offset, buf.len() as u64)? {
+            let got = block_on(&self.runtime, self.store.get_range(&key, from..from + n))
                 .map_err(io::Error::other)?;
             if got.len() as u64 != n {
                 return Err(io::Error::new(
                     io::ErrorKind::UnexpectedEof,
-                    format!("segment {} gave {} bytes of {n}", s.key, got.len()),
+                    format!("segment {key} gave {} bytes of {n}", got.len()),
                 ));
             }
             let (now, rest) = std::mem::take(&mut buf).split_at_mut(n as usize);
             now.copy_from_slice(&got);
             buf = rest;
-            offset += n;
-            i += 1;
+            self.read.fetch_add(n, Ordering::Relaxed);
         }
         Ok(())
     }
@@ -380,22 +506,32 @@ mod tests {
         compress(&mut engine, &second, &mut sidecar);
 
         let mut engine = Engine::new(ArchiveProps::default(), 2).unwrap();
-        let mut segments = Vec::new();
+        let map = Segments::new(store.clone(), rt.handle().clone(), prefix(), [], 0).unwrap();
         let mut rows = BTreeMap::new();
         for files in [&first, &second] {
             let start = engine.blob_end();
-            let mut w = SegmentWriter::new(store.clone(), rt.handle().clone(), &prefix(), start);
+            let mut w = map.writer(start);
             rows.extend(compress(&mut engine, files, &mut w));
             assert_eq!(start + w.written(), engine.blob_end());
-            segments.push(w.finish().unwrap());
+            map.push(w.finish().unwrap());
         }
-        let map = Segments::new(store.clone(), rt.handle().clone(), segments).unwrap();
         assert_eq!(map.end(), sidecar.len() as u64);
         let mut whole = vec![0; sidecar.len()];
         map.read_exact_at(&mut whole, 0).unwrap();
         assert!(whole == sidecar, "the segments hold the sidecar's bytes");
+        assert_eq!(map.bytes_read(), sidecar.len() as u64);
 
-        let src: Arc<dyn ReadAt> = Arc::new(map);
+        // What an open derives from the rows: every row names its segment.
+        let refs: Vec<SegmentRef> = rows
+            .values()
+            .flatten()
+            .filter(|r| r.blob_size > 0)
+            .map(|r| map.segment_of(r.blob_offset).unwrap())
+            .collect();
+        let derived = Segments::new(store, rt.handle().clone(), prefix(), refs, map.end()).unwrap();
+        assert_eq!(*derived.list(), *map.list());
+
+        let src: Arc<dyn ReadAt> = Arc::new(derived);
         for (path, bytes) in first.iter().chain(&second) {
             let got = read_back(src.clone(), sidecar.len() as u64, path, rows[path].clone());
             assert!(&got == bytes, "{path}");
@@ -478,55 +614,54 @@ mod tests {
     }
 
     #[test]
-    fn the_map_refuses_gaps_and_reads_across_segments_but_not_past_the_end() {
+    fn the_map_reads_across_segments_but_not_into_a_gap_or_past_the_end() {
         let rt = runtime();
         let store: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
         let put = |name: &str, body: &'static [u8]| {
             let key = prefix().join(name);
             rt.block_on(store.put(&key, PutPayload::from_static(body)))
                 .unwrap();
-            key
+            key.to_string()
         };
         let (a, b) = (put("a", b"0123"), put("b", b"456789"));
-        let segment = |start, len, key: &Path| Segment {
+        let at = |start, key: &str| SegmentRef {
             start,
-            len,
-            key: key.clone(),
+            key: key.to_string(),
         };
-        let handle = rt.handle().clone();
-        let gap = Segments::new(
-            store.clone(),
-            handle.clone(),
-            vec![segment(0, 4, &a), segment(5, 6, &b)],
-        );
+        let map = |refs: Vec<SegmentRef>, end| {
+            Segments::new(store.clone(), rt.handle().clone(), prefix(), refs, end)
+        };
         assert!(matches!(
-            gap,
-            Err(StoreError::SegmentGap { at: 4, next: 5 })
+            map(vec![at(0, &a), at(0, &b)], 10),
+            Err(StoreError::SegmentClash { start: 0, .. })
         ));
-        let overlap = Segments::new(
-            store.clone(),
-            handle.clone(),
-            vec![segment(0, 4, &a), segment(3, 6, &b)],
-        );
         assert!(matches!(
-            overlap,
-            Err(StoreError::SegmentGap { at: 4, next: 3 })
+            map(vec![at(0, &a), at(10, &b)], 10),
+            Err(StoreError::SegmentPastEnd { start: 10, end: 10 })
+        ));
+        assert!(matches!(
+            map(vec![at(0, "a/../b")], 10),
+            Err(StoreError::BadSegmentKey(_))
         ));
 
-        let map = Segments::new(
-            store.clone(),
-            handle,
-            vec![segment(4, 6, &b), segment(0, 4, &a)],
-        )
-        .unwrap();
-        assert_eq!(map.size().unwrap(), 10);
+        let m = map(vec![at(4, &b), at(0, &a), at(4, &b)], 10).unwrap();
+        assert_eq!(m.size().unwrap(), 10);
         let mut buf = [0u8; 5];
-        map.read_exact_at(&mut buf, 2).unwrap();
+        m.read_exact_at(&mut buf, 2).unwrap();
         assert_eq!(&buf, b"23456");
         for offset in [6, 10, u64::MAX - 2] {
-            let e = map.read_exact_at(&mut buf, offset).unwrap_err();
+            let e = m.read_exact_at(&mut buf, offset).unwrap_err();
             assert_eq!(e.kind(), io::ErrorKind::UnexpectedEof, "at {offset}");
         }
+        assert_eq!(m.segment_of(5), Some(at(4, &b)));
+        m.truncate(4);
+        assert_eq!((m.end(), m.segment_of(5)), (4, None));
+
+        // An append whose blobs all died left bytes no segment holds.
+        let gap = map(vec![at(4, &b)], 10).unwrap();
+        let e = gap.read_exact_at(&mut buf, 2).unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::UnexpectedEof);
+        assert_eq!(gap.segment_of(2), None);
     }
 
     /// The same on a real S3 server (SeaweedFS), in a plain bucket.

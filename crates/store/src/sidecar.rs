@@ -103,6 +103,11 @@ impl Sidecar {
             .map_err(|e| StoreError::io("fsync of the sidecar", e))
     }
 
+    /// Its path.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
     /// Bytes read from the file since it was opened.
     pub fn bytes_read(&self) -> u64 {
         self.read.load(Ordering::Relaxed)

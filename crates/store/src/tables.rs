@@ -32,8 +32,9 @@ use parquet::basic::{Compression, ZstdLevel};
 use parquet::file::properties::WriterProperties;
 use znippy_format::{Kind, MetaValue, MetaValueBuilder, MetaValueColumns, SliceRow};
 
-use crate::catalog::RedbCatalog;
+use crate::backend::Backend;
 use crate::error::{Result, RowProblem, StoreError};
+use crate::segments::SegmentRef;
 use crate::storage;
 
 /// Name of the slice table.
@@ -94,6 +95,8 @@ pub fn files_schema() -> Schema {
             req(12, "tombstone", Boolean),
             opt(13, "kind", String),
             opt(14, "link_target", String),
+            opt(15, "segment", String),
+            opt(16, "segment_start", Long),
         ])
         .build()
         .expect("a static, valid schema")
@@ -130,6 +133,8 @@ pub struct FileRow {
     pub tombstone: bool,
     /// A symbolic link's target (the slice's bytes), as text for SQL readers.
     pub link_target: Option<String>,
+    /// The blob segment its blob is in, on object storage.
+    pub segment: Option<SegmentRef>,
 }
 
 /// A row of `meta`.
@@ -176,7 +181,7 @@ fn batch_for(table: &Table, cols: Vec<ArrayRef>) -> Result<RecordBatch> {
 /// Adds the columns of [`files_schema`] that `table` lacks (it was created
 /// by an earlier znippy), as optional columns its old rows read as null. A
 /// no-op on a current table.
-pub async fn upgrade_files(catalog: &RedbCatalog, table: Table) -> Result<Table> {
+pub async fn upgrade_files(catalog: &Backend, table: Table) -> Result<Table> {
     let missing = missing_columns(table.metadata().current_schema(), &files_schema());
     if missing.is_empty() {
         return Ok(table);
@@ -185,7 +190,7 @@ pub async fn upgrade_files(catalog: &RedbCatalog, table: Table) -> Result<Table>
     let action = missing
         .into_iter()
         .fold(tx.update_schema(), |a, c| a.add_column(c));
-    Ok(action.apply(tx)?.commit(catalog).await?)
+    Ok(action.apply(tx)?.commit(catalog.catalog()).await?)
 }
 
 /// The columns of `want` that `current` lacks, as optional columns.
@@ -209,6 +214,8 @@ pub fn files_batch(table: &Table, rows: &[FileRow]) -> Result<RecordBatch> {
     let mut tomb = BooleanBuilder::new();
     let mut kind = StringBuilder::new();
     let mut target = StringBuilder::new();
+    let mut segment = StringBuilder::new();
+    let mut segment_start = Int64Builder::new();
     for r in rows {
         let s = &r.slice;
         path.append_value(&s.relative_path);
@@ -232,6 +239,13 @@ pub fn files_batch(table: &Table, rows: &[FileRow]) -> Result<RecordBatch> {
             .transpose()?;
         kind.append_option(k);
         target.append_option(r.link_target.as_deref());
+        segment.append_option(r.segment.as_ref().map(|g| &g.key));
+        segment_start.append_option(
+            r.segment
+                .as_ref()
+                .map(|g| long(g.start, "segment_start"))
+                .transpose()?,
+        );
     }
     let mut cols: Vec<ArrayRef> = vec![Arc::new(path.finish())];
     cols.extend(longs.iter_mut().map(|b| Arc::new(b.finish()) as ArrayRef));
@@ -242,6 +256,8 @@ pub fn files_batch(table: &Table, rows: &[FileRow]) -> Result<RecordBatch> {
     cols.push(Arc::new(tomb.finish()));
     cols.push(Arc::new(kind.finish()));
     cols.push(Arc::new(target.finish()));
+    cols.push(Arc::new(segment.finish()));
+    cols.push(Arc::new(segment_start.finish()));
     batch_for(table, cols)
 }
 
@@ -385,6 +401,10 @@ pub fn file_rows(batches: &[RecordBatch]) -> Result<Vec<FileRow>> {
         let target = col(b, "link_target")?
             .as_string_opt::<i32>()
             .ok_or_else(|| bad("link_target"))?;
+        let segment = col(b, "segment")?
+            .as_string_opt::<i32>()
+            .ok_or_else(|| bad("segment"))?;
+        let segment_start = l("segment_start")?;
         for r in 0..b.num_rows() {
             let mut checksum = [0u8; 32];
             checksum.copy_from_slice(sum.value(r));
@@ -404,6 +424,19 @@ pub fn file_rows(batches: &[RecordBatch]) -> Result<Vec<FileRow>> {
                 append_seq: ulong(aseq.value(r), "append_seq")?,
                 tombstone: tomb.value(r),
                 link_target: target.is_valid(r).then(|| target.value(r).to_string()),
+                segment: match (segment.is_valid(r), segment_start.is_valid(r)) {
+                    (true, true) => Some(SegmentRef {
+                        start: ulong(segment_start.value(r), "segment_start")?,
+                        key: segment.value(r).to_string(),
+                    }),
+                    (false, false) => None,
+                    _ => {
+                        return Err(StoreError::BadRow {
+                            column: "segment_start",
+                            problem: RowProblem::Unpaired("segment"),
+                        })
+                    }
+                },
             });
         }
     }
@@ -453,7 +486,7 @@ mod tests {
     /// them as optional columns.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn files_table_has_kind_and_link_target_columns_after_an_upgrade() {
-        use iceberg::{Catalog, TableCreation, TableIdent};
+        use iceberg::{TableCreation, TableIdent};
         use znippy_format::{InputFile, S_IFDIR, S_IFLNK};
 
         use crate::{CreateOptions, Store};
@@ -463,11 +496,17 @@ mod tests {
         {
             let store = Store::open(tmp.path(), 2).await.unwrap();
             store.create("old", CreateOptions::default()).await.unwrap();
-            // `files` as an earlier znippy created it: without the last two columns.
+            // `files` as an earlier znippy created it: without the columns
+            // added since.
+            let added = ["kind", "link_target", "segment", "segment_start"];
             let current = files_schema();
-            let old_fields = current.as_struct().fields();
+            let old_fields = current.as_struct().fields().iter();
             let old = Schema::builder()
-                .with_fields(old_fields[..old_fields.len() - 2].to_vec())
+                .with_fields(
+                    old_fields
+                        .filter(|f| !added.contains(&f.name.as_str()))
+                        .cloned(),
+                )
                 .build()
                 .unwrap();
             assert!(old.field_by_name("kind").is_none());
@@ -492,9 +531,9 @@ mod tests {
         store.delete_file("old", "f").await.unwrap();
         let t = store.catalog.load_table(&ident).await.unwrap();
         let schema = t.metadata().current_schema();
-        assert!(
-            schema.field_by_name("kind").is_some() && schema.field_by_name("link_target").is_some()
-        );
+        for column in ["kind", "link_target", "segment", "segment_start"] {
+            assert!(schema.field_by_name(column).is_some(), "{column}");
+        }
         let batches = scan_all(&t).await.unwrap();
         let mut seen: Vec<(String, bool, Option<String>, Option<String>)> = Vec::new();
         for b in &batches {

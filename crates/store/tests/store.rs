@@ -36,9 +36,62 @@ async fn read(store: &Store, id: &str, path: &str) -> Vec<u8> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn append_read_replace_delete_and_restart() {
     let tmp = tempfile::tempdir().unwrap();
+    append_read_replace_delete_and_restart_on(|| async {
+        Store::open(tmp.path(), 2).await.unwrap()
+    })
+    .await;
+}
+
+/// The same with the tables in SeaweedFS's Iceberg REST catalog and the
+/// blobs as segment objects in its S3 bucket; the archive's objects go
+/// with a drop.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn append_read_replace_delete_and_restart_on_object_storage() {
+    use object_store::ObjectStore;
+    use znippy_store::{RemoteConfig, StoreOptions};
+    use znippy_testkit::seaweed::{self, Seaweed};
+
+    let Some(server) = Seaweed::start() else {
+        return;
+    };
+    let config = RemoteConfig {
+        catalog_uri: server.catalog.clone(),
+        catalog_credential: Some(format!("{}:{}", seaweed::KEY_ID, seaweed::SECRET)),
+        catalog_warehouse: Some(seaweed::TABLE_BUCKET.into()),
+        warehouse: format!("s3://{}/znippy", seaweed::BUCKET),
+        s3_endpoint: Some(server.s3.clone()),
+        s3_credentials: Some((seaweed::KEY_ID.into(), seaweed::SECRET.into())),
+    };
+    let open = || async {
+        let remote = config.connect().await.unwrap();
+        Store::open_remote(remote, StoreOptions::new(2))
+            .await
+            .unwrap()
+    };
+    append_read_replace_delete_and_restart_on(open).await;
+
+    let remote = config.connect().await.unwrap();
+    let segments = || {
+        use futures::TryStreamExt;
+        let prefix = remote.prefix.clone().join("a1");
+        remote.blobs.list(Some(&prefix)).try_collect::<Vec<_>>()
+    };
+    let before = segments().await.unwrap();
+    assert_eq!(before.len(), 3, "one segment per append that wrote blobs");
+    let store = open().await;
+    store.drop_archive("a1").await.unwrap();
+    assert!(segments().await.unwrap().is_empty());
+    assert!(store.list().await.unwrap().is_empty());
+}
+
+async fn append_read_replace_delete_and_restart_on<F, O>(open: F)
+where
+    F: Fn() -> O,
+    O: std::future::Future<Output = Store>,
+{
     let big = text(7, 300_000);
     {
-        let store = Store::open(tmp.path(), 2).await.unwrap();
+        let store = open().await;
         let info = create(&store, "a1", false).await;
         assert_eq!((info.files, info.state), (0, State::Live));
         assert!(matches!(
@@ -86,7 +139,7 @@ async fn append_read_replace_delete_and_restart() {
         assert_eq!(store.metadata("a1").await.unwrap(), Metadata::Absent);
     }
     // A new process would see exactly the same archive.
-    let store = Store::open(tmp.path(), 2).await.unwrap();
+    let store = open().await;
     assert_eq!(store.list().await.unwrap(), ["a1"]);
     let info = store.info("a1").await.unwrap();
     assert_eq!((info.files, info.appends), (3, 3));

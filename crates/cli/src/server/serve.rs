@@ -4,10 +4,10 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use anyhow::{Context, Result};
+use anyhow::{bail, Context, Result};
 use clap::Args;
 use znippy_http::{
-    Config, StoreOptions, DEFAULT_MAX_BODY, DEFAULT_SHUTDOWN_GRACE, DEFAULT_TIMEOUT,
+    Config, RemoteConfig, StoreOptions, DEFAULT_MAX_BODY, DEFAULT_SHUTDOWN_GRACE, DEFAULT_TIMEOUT,
 };
 
 #[derive(Args)]
@@ -15,6 +15,28 @@ pub struct ServeArgs {
     /// The data directory (catalog, tables, sidecars, sealed archives).
     #[arg(long, env = "ZNIPPY_DATA", default_value = "znippy-data")]
     data: PathBuf,
+    /// Where the tables are: `embedded`, a catalog in --data, or `rest`, an
+    /// Iceberg REST catalog shared by any number of nodes, the blobs then
+    /// in object storage under --warehouse (S3 credentials from the usual
+    /// AWS_* environment variables).
+    #[arg(long, env = "ZNIPPY_CATALOG", value_enum, default_value = "embedded")]
+    catalog: CatalogKind,
+    /// The REST catalog's URL.
+    #[arg(long, env = "ZNIPPY_CATALOG_URI", required_if_eq("catalog", "rest"))]
+    catalog_uri: Option<String>,
+    /// The REST catalog's OAuth2 client credentials, ID:SECRET.
+    #[arg(long, env = "ZNIPPY_CATALOG_CREDENTIAL", hide_env_values = true)]
+    catalog_credential: Option<String>,
+    /// The REST catalog's warehouse, if not --warehouse: a location, or a
+    /// table bucket's name.
+    #[arg(long, env = "ZNIPPY_CATALOG_WAREHOUSE")]
+    catalog_warehouse: Option<String>,
+    /// Where the blobs go with --catalog rest: s3://BUCKET/PREFIX.
+    #[arg(long, env = "ZNIPPY_WAREHOUSE", required_if_eq("catalog", "rest"))]
+    warehouse: Option<String>,
+    /// An S3 endpoint other than AWS's, e.g. http://127.0.0.1:8333.
+    #[arg(long, env = "ZNIPPY_S3_ENDPOINT")]
+    s3_endpoint: Option<String>,
     /// Address to listen on. Beyond loopback a token is required, unless
     /// --insecure-open.
     #[arg(long, env = "ZNIPPY_LISTEN", default_value = "127.0.0.1:7878")]
@@ -60,6 +82,42 @@ pub struct ServeArgs {
     log: String,
 }
 
+#[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum CatalogKind {
+    Embedded,
+    Rest,
+}
+
+impl ServeArgs {
+    /// The scaled-out deployment, with `--catalog rest`.
+    fn remote(&self) -> Result<Option<RemoteConfig>> {
+        if self.catalog == CatalogKind::Embedded {
+            let rest_only = [
+                ("--catalog-uri", self.catalog_uri.is_some()),
+                ("--catalog-credential", self.catalog_credential.is_some()),
+                ("--catalog-warehouse", self.catalog_warehouse.is_some()),
+                ("--warehouse", self.warehouse.is_some()),
+                ("--s3-endpoint", self.s3_endpoint.is_some()),
+            ];
+            if let Some((flag, _)) = rest_only.iter().find(|(_, set)| *set) {
+                bail!("{flag} goes with --catalog rest");
+            }
+            return Ok(None);
+        }
+        let (Some(uri), Some(warehouse)) = (&self.catalog_uri, &self.warehouse) else {
+            bail!("--catalog rest needs --catalog-uri and --warehouse");
+        };
+        Ok(Some(RemoteConfig {
+            catalog_uri: uri.clone(),
+            catalog_credential: self.catalog_credential.clone(),
+            catalog_warehouse: self.catalog_warehouse.clone(),
+            warehouse: warehouse.clone(),
+            s3_endpoint: self.s3_endpoint.clone(),
+            s3_credentials: None,
+        }))
+    }
+}
+
 pub fn run(args: ServeArgs) -> Result<()> {
     tracing_subscriber::fmt()
         .with_env_filter(
@@ -70,7 +128,9 @@ pub fn run(args: ServeArgs) -> Result<()> {
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
     let threads = args.threads.unwrap_or(Config::default().threads).max(1);
+    let remote = args.remote()?;
     let config = Config {
+        remote,
         data: args.data,
         listen: args.listen,
         token: args.token.filter(|t| !t.is_empty()),

@@ -1,0 +1,130 @@
+//! Where a store keeps its archives: the catalog their tables commit
+//! through, and the home of their blobs.
+//!
+//! The embedded default is a data directory: [`RedbCatalog`] over a local
+//! warehouse, and one sidecar file per archive. Scaled out, the tables are
+//! in any Iceberg catalog (a REST catalog, whose table files are on object
+//! storage) and the blobs are segment objects in a bucket. The append
+//! protocol is the same on both; what only the embedded catalog can do
+//! (lay the tables out for path-based readers, rewrite and expire them on
+//! the store's own schedule) is skipped elsewhere, where the catalog's
+//! owner runs its maintenance.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use iceberg::Catalog;
+use object_store::path::Path as ObjectPath;
+use object_store::ObjectStore;
+use tokio::runtime::Handle;
+
+use crate::blobs::Blobs;
+use crate::catalog::RedbCatalog;
+use crate::error::Result;
+use crate::segments::{SegmentRef, Segments};
+use crate::sidecar::Sidecar;
+
+/// A store's catalog and blob home.
+#[derive(Clone)]
+pub(crate) struct Backend {
+    catalog: Arc<dyn Catalog>,
+    /// The same catalog when it is the embedded one.
+    redb: Option<RedbCatalog>,
+    home: BlobHome,
+}
+
+/// Where the archives' blobs go.
+#[derive(Clone)]
+enum BlobHome {
+    /// `DIR/blobs/<id>.znippy`.
+    Local(PathBuf),
+    /// `PREFIX/<id>/<uuid>.blobs` in a bucket.
+    Objects {
+        store: Arc<dyn ObjectStore>,
+        prefix: ObjectPath,
+        runtime: Handle,
+    },
+}
+
+/// A backend is its catalog, plus a home for blobs.
+impl std::ops::Deref for Backend {
+    type Target = dyn Catalog;
+
+    fn deref(&self) -> &Self::Target {
+        &*self.catalog
+    }
+}
+
+impl Backend {
+    /// The embedded default: `catalog`, and sidecars in `blobs`.
+    pub fn local(catalog: RedbCatalog, blobs: PathBuf) -> Self {
+        Backend {
+            catalog: Arc::new(catalog.clone()),
+            redb: Some(catalog),
+            home: BlobHome::Local(blobs),
+        }
+    }
+
+    /// Any catalog, and segments under `prefix` in `store`, whose requests
+    /// run on `runtime`.
+    pub fn remote(
+        catalog: Arc<dyn Catalog>,
+        store: Arc<dyn ObjectStore>,
+        prefix: ObjectPath,
+        runtime: Handle,
+    ) -> Self {
+        Backend {
+            catalog,
+            redb: None,
+            home: BlobHome::Objects {
+                store,
+                prefix,
+                runtime,
+            },
+        }
+    }
+
+    /// The catalog, for what every catalog does.
+    pub fn catalog(&self) -> &dyn Catalog {
+        &*self.catalog
+    }
+
+    /// The embedded catalog, for what only it does.
+    pub fn redb(&self) -> Option<&RedbCatalog> {
+        self.redb.as_ref()
+    }
+
+    /// Where archive `id`'s sidecar is, in a data directory.
+    pub fn sidecar_path(&self, id: &str) -> Option<PathBuf> {
+        match &self.home {
+            BlobHome::Local(dir) => Some(dir.join(format!("{id}.znippy"))),
+            BlobHome::Objects { .. } => None,
+        }
+    }
+
+    /// Opens archive `id`'s blob region, cut back to the committed `end`;
+    /// `segments` are the segments its rows name (none in a sidecar).
+    pub fn open_blobs(
+        &self,
+        id: &str,
+        end: u64,
+        segments: impl IntoIterator<Item = SegmentRef>,
+    ) -> Result<Blobs> {
+        Ok(match &self.home {
+            BlobHome::Local(dir) => {
+                Blobs::Sidecar(Sidecar::open(&dir.join(format!("{id}.znippy")), end)?)
+            }
+            BlobHome::Objects {
+                store,
+                prefix,
+                runtime,
+            } => Blobs::Segments(Segments::new(
+                Arc::clone(store),
+                runtime.clone(),
+                prefix.clone().join(id),
+                segments,
+                end,
+            )?),
+        })
+    }
+}

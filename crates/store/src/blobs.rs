@@ -1,0 +1,135 @@
+//! A live archive's blob region, wherever it lives: one sidecar file that
+//! appends extend in place (a local data directory, `sidecar.rs`), or
+//! immutable segment objects, one per append (object storage,
+//! `segments.rs`). Both hold the same bytes at the same offsets, so the
+//! append protocol, the reads and the seal's re-pack see one region.
+
+use std::io::Write;
+
+use znippy_format::ReadAt;
+
+use crate::error::{Result, StoreError};
+use crate::object_storage::delete_prefix;
+use crate::segments::{SegmentRef, Segments};
+use crate::sidecar::Sidecar;
+
+/// Where an archive's blobs are.
+#[derive(Debug)]
+pub(crate) enum Blobs {
+    /// One file, extended in place.
+    Sidecar(Sidecar),
+    /// One object per append.
+    Segments(Segments),
+}
+
+impl Blobs {
+    /// Writes an append's blobs from `start`, the end of what is there, and
+    /// makes them durable: `write` gets the sink, and once this returns
+    /// `Ok` the bytes are synced (a sidecar) or the segment exists (object
+    /// storage). On an error nothing past `start` is to be read.
+    pub fn write_at<T>(
+        &self,
+        start: u64,
+        write: impl FnOnce(&mut (dyn Write + Send)) -> Result<T>,
+    ) -> Result<T> {
+        match self {
+            Blobs::Sidecar(sidecar) => {
+                let written = write(&mut sidecar.writer_at(start))?;
+                sidecar.sync()?;
+                Ok(written)
+            }
+            Blobs::Segments(segments) => {
+                let mut out = segments.writer(start);
+                let written = write(&mut out)?;
+                segments.push(out.finish()?);
+                Ok(written)
+            }
+        }
+    }
+
+    /// Forgets what lies past `end`, the committed end, after appends that
+    /// committed nothing.
+    pub fn truncate(&self, end: u64) -> Result<()> {
+        match self {
+            Blobs::Sidecar(sidecar) => sidecar.truncate(end),
+            Blobs::Segments(segments) => {
+                segments.truncate(end);
+                Ok(())
+            }
+        }
+    }
+
+    /// Checks, before a commit, that the blobs just written are still where
+    /// the commit will say they are (a sidecar can be removed under the
+    /// store; a segment, once written, cannot).
+    pub fn check_in_place(&self) -> Result<()> {
+        match self {
+            Blobs::Sidecar(sidecar) => sidecar.check_in_place(),
+            Blobs::Segments(_) => Ok(()),
+        }
+    }
+
+    /// Bytes read since the archive was opened.
+    pub fn bytes_read(&self) -> u64 {
+        match self {
+            Blobs::Sidecar(sidecar) => sidecar.bytes_read(),
+            Blobs::Segments(segments) => segments.bytes_read(),
+        }
+    }
+
+    /// The segment holding byte `offset`, for the row whose blob is there;
+    /// `None` in a sidecar, where rows name no segment.
+    pub fn segment_of(&self, offset: u64) -> Option<SegmentRef> {
+        match self {
+            Blobs::Sidecar(_) => None,
+            Blobs::Segments(segments) => segments.segment_of(offset),
+        }
+    }
+
+    /// The sidecar, which a seal can finish in place.
+    pub fn sidecar(&self) -> Option<&Sidecar> {
+        match self {
+            Blobs::Sidecar(sidecar) => Some(sidecar),
+            Blobs::Segments(_) => None,
+        }
+    }
+
+    /// Removes the blobs (the archive is dropped). A sidecar already gone
+    /// is removed.
+    pub async fn remove(&self) -> Result<()> {
+        match self {
+            Blobs::Sidecar(sidecar) => match std::fs::remove_file(sidecar.path()) {
+                Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(StoreError::io(
+                    format!("removing {}", sidecar.path().display()),
+                    e,
+                )),
+                _ => Ok(()),
+            },
+            Blobs::Segments(segments) => {
+                let (store, prefix) = segments.store();
+                delete_prefix(store, prefix)
+                    .await
+                    .map_err(|source| StoreError::ObjectStore {
+                        context: format!("removing the segments under {prefix}"),
+                        source,
+                    })
+            }
+        }
+    }
+}
+
+impl ReadAt for Blobs {
+    fn read_exact_at(&self, buf: &mut [u8], offset: u64) -> std::io::Result<()> {
+        match self {
+            Blobs::Sidecar(sidecar) => sidecar.read_exact_at(buf, offset),
+            Blobs::Segments(segments) => segments.read_exact_at(buf, offset),
+        }
+    }
+
+    fn size(&self) -> std::io::Result<u64> {
+        match self {
+            Blobs::Sidecar(sidecar) => sidecar.size(),
+            Blobs::Segments(segments) => segments.size(),
+        }
+    }
+}
