@@ -222,6 +222,12 @@ impl MetaTable {
         self.rows.extend(other.rows);
     }
 
+    /// Removes `key` of `path` (or of the archive), if set.
+    pub fn remove(&mut self, path: Option<&str>, key: &str) {
+        self.rows
+            .remove(&(key.to_string(), path.map(str::to_string)));
+    }
+
     /// Removes every fact about `path`.
     pub fn remove_path(&mut self, path: &str) {
         self.rows.retain(|(_, p), _| p.as_deref() != Some(path));

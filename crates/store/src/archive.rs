@@ -50,6 +50,8 @@ use crate::catalog::BLOB_END_KEY;
 use crate::error::{Result, StoreError};
 use crate::file::{FileReader, ScratchPool};
 use crate::maintenance;
+use crate::pinned::Pinned;
+use crate::segments::Segment;
 use crate::sidecar::Sidecar;
 use crate::tables::{self, FileRow, MetaLogRow, FILES, META};
 use crate::SealedFile;
@@ -101,13 +103,23 @@ pub(crate) struct PendingBlobs {
     start: u64,
 }
 
+/// What the middle of an append wrote.
+pub(crate) struct Written {
+    rows: Vec<SliceRow>,
+    stats: BatchStats,
+    /// Where its blobs start.
+    start: u64,
+    /// Its segment, on object storage (none if it wrote no blobs).
+    segment: Option<Segment>,
+}
+
 /// The middle of an append: streams `files` through the engine into the
 /// blob region past the committed end and makes them durable. Holds no lock on the
 /// archive's state: nothing it writes is reachable before the commit.
 pub(crate) async fn write_blobs<I>(
     pending: PendingBlobs,
     files: I,
-) -> Result<(Engine, Result<(Vec<SliceRow>, BatchStats)>)>
+) -> Result<(Engine, Result<Written>)>
 where
     I: IntoIterator<Item = znippy_format::Result<InputFile>> + Send + 'static,
     I::IntoIter: Send,
@@ -124,6 +136,12 @@ where
             Ok(r?)
         });
         failpoint("store.blobs-synced");
+        let r = r.map(|((rows, stats), segment)| Written {
+            rows,
+            stats,
+            start,
+            segment,
+        });
         (engine, r)
     })
     .await
@@ -211,6 +229,8 @@ pub struct LiveArchive {
     pub(crate) blob_end: u64,
     pub(crate) append_seq: u64,
     pub(crate) snapshot_id: Option<i64>,
+    /// The `meta` snapshot the metadata was derived from.
+    meta_snapshot_id: Option<i64>,
     pub(crate) live: BTreeMap<String, LiveFile>,
     /// The live paths not in Unicode normalization form C (derived from
     /// `live`): what [`check_twins`] needs to compare a batch against.
@@ -245,8 +265,12 @@ pub(crate) struct Queued {
     rows: Vec<SliceRow>,
     stats: BatchStats,
     meta: Option<MetaTable>,
+    /// Where its blobs start.
+    start: u64,
     /// The blob end after its blobs.
     end: u64,
+    /// Its segment, on object storage.
+    segment: Option<Segment>,
     done: oneshot::Sender<Result<AppendReceipt>>,
 }
 
@@ -264,6 +288,9 @@ pub(crate) struct Group {
     /// The archive had no metadata section before this group's facts.
     first_meta: bool,
     started: std::time::Instant,
+    /// The `files` snapshot the group was built on, which the commit must
+    /// find current.
+    base: Option<i64>,
 }
 
 impl std::fmt::Debug for LiveArchive {
@@ -378,6 +405,7 @@ impl LiveArchive {
             }
         }
         let blob_end = summary_u64(&files, BLOB_END_KEY)?;
+        let meta_snapshot_id = meta.metadata().current_snapshot_id();
         let all_rows = tables::file_rows(&tables::scan_all(&files).await?)?;
         let segments: Vec<_> = all_rows.iter().filter_map(|r| r.segment.clone()).collect();
         let row_count = all_rows.len();
@@ -407,6 +435,7 @@ impl LiveArchive {
             blob_end,
             append_seq,
             snapshot_id: files.metadata().current_snapshot_id(),
+            meta_snapshot_id,
             unnormalized: live
                 .keys()
                 .filter(|p| matches!(nfc(p), Cow::Owned(_)))
@@ -551,10 +580,15 @@ impl LiveArchive {
     pub(crate) fn enqueue(
         &mut self,
         engine: Engine,
-        rows: Vec<SliceRow>,
-        stats: BatchStats,
+        written: Written,
         meta: Option<MetaTable>,
     ) -> Result<oneshot::Receiver<Result<AppendReceipt>>> {
+        let Written {
+            rows,
+            stats,
+            start,
+            segment,
+        } = written;
         if self.dropped {
             return Err(StoreError::NoArchive(self.id.clone()));
         }
@@ -573,7 +607,9 @@ impl LiveArchive {
             rows,
             stats,
             meta,
+            start,
             end: engine.blob_end(),
+            segment,
             done,
         });
         self.engine = Some(engine);
@@ -584,7 +620,8 @@ impl LiveArchive {
     /// links cannot be read back hears why, and its blobs stay behind as dead
     /// bytes). `None` when nothing is queued.
     pub(crate) fn take_group(&mut self) -> Option<Group> {
-        let queue = std::mem::take(&mut self.queue);
+        let mut queue = std::mem::take(&mut self.queue);
+        let moved = self.blobs.is_segments() && self.move_to_end(&mut queue);
         let end = queue.last()?.end;
         let started = std::time::Instant::now();
         if let Err(e) = self.blobs.check_in_place() {
@@ -596,10 +633,23 @@ impl LiveArchive {
             return None;
         }
         let (mut appends, mut file_rows, mut meta_rows) = (Vec::new(), Vec::new(), Vec::new());
+        let segments: Vec<Segment> = queue.iter().filter_map(|q| q.segment.clone()).collect();
         let mut seq = self.append_seq;
+        let mut earlier = BTreeMap::new();
         for q in queue {
-            match self.file_rows(&q.rows, seq + 1, end) {
+            // Moved past another node's commit, its names must fit that too.
+            let fits = if moved {
+                self.check_names(&q.rows, &earlier)
+            } else {
+                Ok(())
+            };
+            match fits.and_then(|()| self.file_rows(&q.rows, seq + 1, end, &segments)) {
                 Ok(rows) => {
+                    earlier.extend(
+                        q.rows
+                            .iter()
+                            .map(|r| (r.relative_path.clone(), is_dir(r.mode))),
+                    );
                     seq += 1;
                     file_rows.extend(rows);
                     meta_rows.extend(meta_log_rows(
@@ -626,6 +676,7 @@ impl LiveArchive {
             file_rows,
             meta_rows,
             end,
+            base: self.snapshot_id,
             files_ident: self.files_ident.clone(),
             meta_ident: self.meta_ident.clone(),
             first_meta: matches!(self.meta, Metadata::Absent),
@@ -636,7 +687,14 @@ impl LiveArchive {
     /// Folds a committed group into the state and acknowledges its appends;
     /// or, if the commit failed, fails them and marks the blobs past the
     /// committed end for dropping.
-    pub(crate) fn apply_group(&mut self, group: Group, committed: Result<(Committed, Result<()>)>) {
+    /// On object storage the rows were folded in already, by the refresh
+    /// that followed the commit (`folded`).
+    pub(crate) fn apply_group(
+        &mut self,
+        group: Group,
+        committed: Result<(Committed, Result<()>)>,
+        folded: bool,
+    ) {
         self.committing = false;
         let (Committed { snapshot_id, .. }, meta_committed) = match committed {
             Ok(c) => c,
@@ -654,35 +712,31 @@ impl LiveArchive {
             }
         };
         let meta_committed = meta_committed.map_err(Arc::new);
-        self.blob_end = group.end;
-        self.snapshot_id = Some(snapshot_id);
         let commit_time = group.started.elapsed();
+        if !folded {
+            self.blob_end = group.end;
+            self.snapshot_id = Some(snapshot_id);
+        }
         for (q, seq) in group.appends {
-            if self.apply_rows(seq, q.rows) {
-                self.dead = true;
-                self.engine_stale = true;
-            }
-            self.append_seq = seq;
-            if meta_committed.is_ok() {
+            let answer = match &meta_committed {
+                Ok(()) => Ok(q.receipt(seq, snapshot_id, group.end, commit_time)),
+                Err(e) => Err(StoreError::Commit(Arc::clone(e))),
+            };
+            if !folded {
+                if self.apply_rows(seq, q.rows) {
+                    self.dead = true;
+                    self.engine_stale = true;
+                }
+                self.append_seq = seq;
                 // Facts that wrote no rows leave the archive as it was.
-                if let Some(set) = q.meta.filter(|t| t.rows().next().is_some()) {
+                let set = q.meta.filter(|t| t.rows().next().is_some());
+                if let (Ok(()), Some(set)) = (&meta_committed, set) {
                     match &mut self.meta {
                         Metadata::Present(t) => t.merge(set),
                         Metadata::Absent => self.meta = Metadata::Present(set),
                     }
                 }
             }
-            let answer = match &meta_committed {
-                Ok(()) => Ok(AppendReceipt {
-                    files: q.stats.files,
-                    bytes: q.stats.bytes_in,
-                    append_seq: seq,
-                    snapshot_id,
-                    blob_end: group.end,
-                    commit_time,
-                }),
-                Err(e) => Err(StoreError::Commit(Arc::clone(e))),
-            };
             let _ = q.done.send(answer);
         }
     }
@@ -756,10 +810,158 @@ impl LiveArchive {
         self.engine = self.fresh_engine().ok();
     }
 
+    /// Moves the queued appends to the committed end, where another node's
+    /// commit may have put it since they were written: their rows' blob
+    /// offsets and their segments' starts shift by the same amount (a
+    /// segment's bytes do not depend on where it starts, and a row that
+    /// deduplicates into a committed blob points below the move), and their
+    /// chunk numbers follow the committed ones. The engine that wrote them
+    /// knew the old end, so the next append gets a fresh one.
+    /// Returns whether they moved.
+    fn move_to_end(&mut self, queue: &mut [Queued]) -> bool {
+        let Some(first) = queue.first() else {
+            return false;
+        };
+        let (from, to) = (first.start, self.blob_end);
+        let rows = || queue.iter().flat_map(|q| &q.rows);
+        let chunks_from = rows().map(|r| r.chunk_seq).min().unwrap_or(0);
+        let chunks_to = self
+            .live
+            .values()
+            .flat_map(|f| &f.rows)
+            .map(|r| r.chunk_seq + 1)
+            .max()
+            .unwrap_or(0)
+            .max(chunks_from);
+        if from == to && chunks_from == chunks_to {
+            return false;
+        }
+        let moved = |offset: u64| {
+            if offset >= from {
+                offset - from + to
+            } else {
+                offset
+            }
+        };
+        for q in queue.iter_mut() {
+            q.start = moved(q.start);
+            q.end = moved(q.end);
+            if let Some(s) = &mut q.segment {
+                s.start = moved(s.start);
+            }
+            for r in &mut q.rows {
+                r.blob_offset = moved(r.blob_offset);
+                r.chunk_seq = r.chunk_seq - chunks_from + chunks_to;
+            }
+        }
+        self.engine_stale = true;
+        true
+    }
+
+    /// Puts a group whose commit lost a race back at the head of the queue,
+    /// to be moved and committed again once the state has caught up.
+    pub(crate) fn requeue(&mut self, group: Group) {
+        self.committing = false;
+        let mut queue: Vec<Queued> = group.appends.into_iter().map(|(q, _)| q).collect();
+        queue.append(&mut self.queue);
+        self.queue = queue;
+    }
+
+    /// Catches up with what other nodes committed to the tables since the
+    /// state was derived: their rows (and ours, when called after our own
+    /// commit) folded in append order, their segments added to the map.
+    /// A no-op in a data directory, where this store is the only writer.
+    pub(crate) async fn refresh(&mut self, catalog: &Backend) -> Result<()> {
+        if !self.blobs.is_segments() || self.sealed.is_some() || self.dropped {
+            return Ok(());
+        }
+        let files = catalog.load_table(&self.files_ident).await?;
+        let now = files.metadata().current_snapshot_id();
+        if now != self.snapshot_id {
+            let rows = tables::file_rows(&tables::rows_since(&files, self.snapshot_id).await?)?;
+            let blob_end = summary_u64(&files, BLOB_END_KEY)?;
+            let segments = rows.iter().filter_map(|r| r.segment.clone());
+            self.blobs.commit_segments(segments, blob_end)?;
+            self.fold_files(rows)?;
+            self.blob_end = self.blob_end.max(blob_end);
+            self.append_seq = self.append_seq.max(summary_u64(&files, APPEND_SEQ_KEY)?);
+            self.snapshot_id = now;
+            self.engine_stale = true;
+        }
+        let meta = catalog.load_table(&self.meta_ident).await?;
+        let now = meta.metadata().current_snapshot_id();
+        if now != self.meta_snapshot_id {
+            let rows = tables::meta_rows(&tables::rows_since(&meta, self.meta_snapshot_id).await?)?;
+            self.fold_meta(rows)?;
+            self.meta_snapshot_id = now;
+        }
+        Ok(())
+    }
+
+    /// Folds `files` rows into the lookup, in append order.
+    fn fold_files(&mut self, mut rows: Vec<FileRow>) -> Result<()> {
+        rows.sort_by_key(|r| r.append_seq);
+        let mut rest = rows.as_slice();
+        while let Some(first) = rest.first() {
+            let n = rest.partition_point(|r| r.append_seq == first.append_seq);
+            let (append, later) = rest.split_at(n);
+            rest = later;
+            let seq = first.append_seq;
+            let (tombs, slices): (Vec<&FileRow>, Vec<&FileRow>) =
+                append.iter().partition(|r| r.tombstone);
+            for t in tombs {
+                let path = &t.slice.relative_path;
+                if self.live.get(path).is_some_and(|f| f.append_seq <= seq) {
+                    self.live.remove(path);
+                    self.unnormalized.remove(path);
+                    self.dead = true;
+                }
+            }
+            let slices: Vec<SliceRow> = slices.into_iter().map(|r| r.slice.clone()).collect();
+            // Rows from the tables are checked as an open checks them.
+            live_files(append.iter().filter(|r| !r.tombstone).cloned().collect())?;
+            self.dead |= self.apply_rows(seq, slices);
+        }
+        Ok(())
+    }
+
+    /// Folds `meta` rows into the metadata, in append order.
+    fn fold_meta(&mut self, mut rows: Vec<MetaLogRow>) -> Result<()> {
+        if rows.is_empty() {
+            return Ok(());
+        }
+        rows.sort_by_key(|r| r.append_seq);
+        let t = match &mut self.meta {
+            Metadata::Present(t) => t,
+            Metadata::Absent => {
+                self.meta = Metadata::Present(MetaTable::new());
+                match &mut self.meta {
+                    Metadata::Present(t) => t,
+                    Metadata::Absent => unreachable!("just set"),
+                }
+            }
+        };
+        for r in rows {
+            if r.tombstone {
+                t.remove(r.path.as_deref(), &r.key);
+            } else {
+                t.set(r.path.as_deref(), &r.key, r.value)?;
+            }
+        }
+        Ok(())
+    }
+
     /// The `files` rows of an append's slices, with each link's target for
     /// the `link_target` column read back from the blob just written
     /// (verified by its checksum).
-    fn file_rows(&self, rows: &[SliceRow], seq: u64, blob_end: u64) -> Result<Vec<FileRow>> {
+    fn file_rows(
+        &self,
+        rows: &[SliceRow],
+        seq: u64,
+        blob_end: u64,
+        pending: &[Segment],
+    ) -> Result<Vec<FileRow>> {
+        let blobs = self.blobs.with_pending(pending);
         let region = BlobRegion {
             chunk_size: self.props.chunk_size,
             end: blob_end,
@@ -769,7 +971,7 @@ impl LiveArchive {
             .map(|s| {
                 let link_target = match Kind::of(s.mode)? {
                     Kind::Symlink => {
-                        let target = region.read_slice(&*self.blobs, s, &mut scratch)?;
+                        let target = region.read_slice(&blobs, s, &mut scratch)?;
                         Some(String::from_utf8_lossy(target).into_owned())
                     }
                     Kind::File | Kind::Dir => None,
@@ -780,7 +982,11 @@ impl LiveArchive {
                     tombstone: false,
                     link_target,
                     segment: (s.blob_size > 0)
-                        .then(|| self.blobs.segment_of(s.blob_offset))
+                        .then(|| {
+                            let mine = pending.iter().find(|p| p.holds(s.blob_offset));
+                            mine.map(Segment::named)
+                                .or_else(|| self.blobs.segment_of(s.blob_offset))
+                        })
                         .flatten(),
                 })
             })
@@ -821,7 +1027,8 @@ impl LiveArchive {
         }
     }
 
-    /// Folds committed rows into the lookup; returns whether a path was replaced.
+    /// Folds committed rows into the lookup; returns whether a path was
+    /// replaced. A path whose live version is of a later append keeps it.
     fn apply_rows(&mut self, seq: u64, rows: Vec<SliceRow>) -> bool {
         let mut by_path: BTreeMap<String, Vec<SliceRow>> = BTreeMap::new();
         for r in rows {
@@ -829,6 +1036,9 @@ impl LiveArchive {
         }
         let mut replaced = false;
         for (path, mut rows) in by_path {
+            if self.live.get(&path).is_some_and(|f| f.append_seq > seq) {
+                continue;
+            }
             rows.sort_by_key(|r| r.fdata_offset);
             if matches!(nfc(&path), Cow::Owned(_)) {
                 self.unnormalized.insert(path.clone());
@@ -887,8 +1097,17 @@ impl LiveArchive {
         };
         let meta_tombs = meta_log_rows(facts, seq, true);
         let idents = (&self.files_ident, &self.meta_ident);
-        let (mut committed, pending) =
-            commit_change(catalog, idents, seq, &[tomb], &meta_tombs, self.blob_end).await?;
+        let base = self.snapshot_id;
+        let (mut committed, pending) = commit_change(
+            catalog,
+            idents,
+            base,
+            seq,
+            &[tomb],
+            &meta_tombs,
+            self.blob_end,
+        )
+        .await?;
         let snapshot_id = committed.snapshot_id;
         self.live.remove(path);
         self.unnormalized.remove(path);
@@ -917,6 +1136,7 @@ impl Group {
         let (mut committed, pending) = commit_change(
             catalog,
             idents,
+            self.base,
             seq,
             &self.file_rows,
             &self.meta_rows,
@@ -943,17 +1163,51 @@ impl Group {
     }
 }
 
+/// The error of a commit that found `ident` moved since its change was built.
+fn moved(ident: &TableIdent) -> iceberg::Error {
+    iceberg::Error::new(
+        iceberg::ErrorKind::CatalogCommitConflicts,
+        format!("{ident} moved since the change was built"),
+    )
+}
+
+impl Queued {
+    fn receipt(
+        &self,
+        seq: u64,
+        snapshot_id: i64,
+        blob_end: u64,
+        commit_time: std::time::Duration,
+    ) -> AppendReceipt {
+        AppendReceipt {
+            files: self.stats.files,
+            bytes: self.stats.bytes_in,
+            append_seq: seq,
+            snapshot_id,
+            blob_end,
+            commit_time,
+        }
+    }
+}
+
 /// Steps 2 and 3 of a change to `tables` (`files`, `meta`): returns the
 /// `files` snapshot id and the meta data files still to commit (step 4).
 async fn commit_change(
     catalog: &Backend,
     idents: (&TableIdent, &TableIdent),
+    base: Option<i64>,
     seq: u64,
     file_rows: &[FileRow],
     meta_rows: &[MetaLogRow],
     new_end: u64,
 ) -> Result<(Committed, Vec<DataFile>)> {
     let files = catalog.load_table(idents.0).await?;
+    // On a shared catalog another node may have committed since the change
+    // was built; the embedded one has no other writer (its own rewrites
+    // commit under the same lock), and they move the snapshot on purpose.
+    if catalog.redb().is_none() && files.metadata().current_snapshot_id() != base {
+        return Err(StoreError::Iceberg(moved(idents.0)));
+    }
     let mut props = HashMap::from([
         (BLOB_END_KEY.to_string(), new_end.to_string()),
         (APPEND_SEQ_KEY.to_string(), seq.to_string()),
@@ -1044,7 +1298,15 @@ async fn commit_files(
         .with_check_duplicate(false)
         .add_data_files(data)
         .set_snapshot_properties(props);
-    let committed = action.apply(tx)?.commit(catalog.catalog()).await?;
+    // On the embedded catalog a commit may meet a rewrite's, which moves no
+    // blob or append number: iceberg's rebuild on the newer table is right.
+    let committed = match catalog.redb() {
+        Some(redb) => action.apply(tx)?.commit(redb).await?,
+        None => {
+            let pinned = Pinned::new(catalog.catalog(), files);
+            action.apply(tx)?.commit(&pinned).await?
+        }
+    };
     let snapshot = committed.metadata().current_snapshot().ok_or_else(|| {
         iceberg::Error::new(iceberg::ErrorKind::Unexpected, "a commit left no snapshot")
     })?;
@@ -1137,8 +1399,7 @@ mod tests {
     async fn queue(slot: &Slot, f: InputFile) -> Result<oneshot::Receiver<Result<AppendReceipt>>> {
         let pending = slot.state.lock().await.begin_append()?;
         let (engine, written) = super::write_blobs(pending, [Ok(f)]).await?;
-        let (rows, stats) = written?;
-        slot.state.lock().await.enqueue(engine, rows, stats, None)
+        slot.state.lock().await.enqueue(engine, written?, None)
     }
 
     async fn read(store: &Store, path: &str) -> Result<Vec<u8>> {
@@ -1160,7 +1421,7 @@ mod tests {
         let second = queue(&slot, file("y", b"three")).await.unwrap();
         let committed = first.commit(&store.catalog).await;
         let mut state = slot.state.lock().await;
-        state.apply_group(first, committed);
+        state.apply_group(first, committed, false);
         assert_eq!(replacing.await.unwrap().unwrap().append_seq, 2);
         assert!(state.engine_stale);
 
@@ -1173,7 +1434,7 @@ mod tests {
         );
         state.engine = Some(next.engine);
         let committed = in_flight.commit(&store.catalog).await;
-        state.apply_group(in_flight, committed);
+        state.apply_group(in_flight, committed, false);
         assert_eq!(second.await.unwrap().unwrap().append_seq, 3);
         drop(state);
         assert_eq!(read(&store, "x").await.unwrap(), b"two");
@@ -1193,7 +1454,10 @@ mod tests {
         let mut behind = queue(&slot, file("z", b"lost too")).await.unwrap();
         let committed_end = slot.state.lock().await.blob_end;
         let cause = StoreError::Task("the disk went away".into());
-        slot.state.lock().await.apply_group(group, Err(cause));
+        slot.state
+            .lock()
+            .await
+            .apply_group(group, Err(cause), false);
         // Answered at once, not left waiting for a commit.
         let answers = (failing.try_recv(), behind.try_recv());
         assert!(matches!(answers.0, Ok(Err(StoreError::Commit(_)))));

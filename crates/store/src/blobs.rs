@@ -10,7 +10,7 @@ use znippy_format::ReadAt;
 
 use crate::error::{Result, StoreError};
 use crate::object_storage::delete_prefix;
-use crate::segments::{SegmentRef, Segments};
+use crate::segments::{Segment, SegmentRef, Segments};
 use crate::sidecar::Sidecar;
 
 /// Where an archive's blobs are.
@@ -26,36 +26,54 @@ impl Blobs {
     /// Writes an append's blobs from `start`, the end of what is there, and
     /// makes them durable: `write` gets the sink, and once this returns
     /// `Ok` the bytes are synced (a sidecar) or the segment exists (object
-    /// storage). On an error nothing past `start` is to be read.
+    /// storage; it is returned, to join the map when its append commits).
+    /// On an error nothing past `start` is to be read.
     pub fn write_at<T>(
         &self,
         start: u64,
         write: impl FnOnce(&mut (dyn Write + Send)) -> Result<T>,
-    ) -> Result<T> {
+    ) -> Result<(T, Option<Segment>)> {
         match self {
             Blobs::Sidecar(sidecar) => {
                 let written = write(&mut sidecar.writer_at(start))?;
                 sidecar.sync()?;
-                Ok(written)
+                Ok((written, None))
             }
             Blobs::Segments(segments) => {
                 let mut out = segments.writer(start);
                 let written = write(&mut out)?;
-                segments.push(out.finish()?);
-                Ok(written)
+                let segment = out.finish()?;
+                Ok((written, (segment.len > 0).then_some(segment)))
             }
         }
     }
 
+    /// Whether the blobs are segments, whose appends may be moved by
+    /// another node's commit.
+    pub fn is_segments(&self) -> bool {
+        matches!(self, Blobs::Segments(_))
+    }
+
     /// Forgets what lies past `end`, the committed end, after appends that
-    /// committed nothing.
+    /// committed nothing. (Their segments never joined the map; the objects
+    /// stay, unnamed, for garbage collection.)
     pub fn truncate(&self, end: u64) -> Result<()> {
         match self {
             Blobs::Sidecar(sidecar) => sidecar.truncate(end),
-            Blobs::Segments(segments) => {
-                segments.truncate(end);
-                Ok(())
-            }
+            Blobs::Segments(_) => Ok(()),
+        }
+    }
+
+    /// Records committed segments (none in a sidecar), the region now
+    /// ending at `end`.
+    pub fn commit_segments(
+        &self,
+        refs: impl IntoIterator<Item = SegmentRef>,
+        end: u64,
+    ) -> Result<()> {
+        match self {
+            Blobs::Sidecar(_) => Ok(()),
+            Blobs::Segments(segments) => segments.add(refs, end),
         }
     }
 
@@ -77,12 +95,21 @@ impl Blobs {
         }
     }
 
-    /// The segment holding byte `offset`, for the row whose blob is there;
-    /// `None` in a sidecar, where rows name no segment.
+    /// The committed segment holding byte `offset`; `None` in a sidecar,
+    /// where rows name no segment.
     pub fn segment_of(&self, offset: u64) -> Option<SegmentRef> {
         match self {
             Blobs::Sidecar(_) => None,
             Blobs::Segments(segments) => segments.segment_of(offset),
+        }
+    }
+
+    /// The region with `pending` segments (written, not yet committed)
+    /// readable too, for what an append reads back before its commit.
+    pub fn with_pending<'a>(&'a self, pending: &'a [Segment]) -> WithPending<'a> {
+        WithPending {
+            blobs: self,
+            pending,
         }
     }
 
@@ -131,5 +158,28 @@ impl ReadAt for Blobs {
             Blobs::Sidecar(sidecar) => sidecar.size(),
             Blobs::Segments(segments) => segments.size(),
         }
+    }
+}
+
+/// [`Blobs::with_pending`].
+pub(crate) struct WithPending<'a> {
+    blobs: &'a Blobs,
+    pending: &'a [Segment],
+}
+
+impl ReadAt for WithPending<'_> {
+    fn read_exact_at(&self, buf: &mut [u8], offset: u64) -> std::io::Result<()> {
+        let end = offset.saturating_add(buf.len() as u64);
+        match (self.blobs, self.pending.iter().find(|s| s.holds(offset))) {
+            (Blobs::Segments(segments), Some(s)) if end <= s.start + s.len => {
+                segments.read_object(&s.key, buf, offset - s.start)
+            }
+            _ => self.blobs.read_exact_at(buf, offset),
+        }
+    }
+
+    fn size(&self) -> std::io::Result<u64> {
+        let pending = self.pending.iter().map(|s| s.start + s.len).max();
+        Ok(self.blobs.size()?.max(pending.unwrap_or(0)))
     }
 }

@@ -67,6 +67,7 @@ mod error;
 mod file;
 mod maintenance;
 mod object_storage;
+mod pinned;
 mod remote;
 mod segments;
 mod sidecar;
@@ -108,6 +109,10 @@ const P_META: &str = "znippy.has_meta";
 const P_STATE: &str = "znippy.state";
 const P_SEALED_PATH: &str = "znippy.sealed_path";
 const P_SEALED_LEN: &str = "znippy.sealed_len";
+
+/// Commit races a change may lose to other nodes before it gives up with
+/// the conflict.
+const COMMIT_RACES: usize = 16;
 
 /// Previous metadata files a table's log names (and expiry keeps on disk).
 const METADATA_VERSIONS_KEPT: usize = 20;
@@ -287,14 +292,53 @@ impl Slot {
     /// Commits the appends queued on the archive, if any, as one group. The
     /// caller holds the commit lock. Returns whether the tables are due for
     /// maintenance.
+    ///
+    /// On a shared catalog a group that loses the commit race to another
+    /// node is put back, the state catches up with the winner, and the
+    /// group is moved past it and committed again; after its commit the
+    /// state catches up once more, so that what it acknowledges is
+    /// readable, in order with what other nodes committed.
     async fn commit_queued(&self, catalog: &Backend) -> bool {
-        let Some(group) = self.state.lock().await.take_group() else {
-            return false;
-        };
-        let committed = group.commit(catalog).await;
-        let due = matches!(&committed, Ok((c, _)) if c.maintenance_due);
-        self.state.lock().await.apply_group(group, committed);
-        due
+        let shared = catalog.redb().is_none();
+        let mut lost = 0;
+        loop {
+            let Some(group) = self.state.lock().await.take_group() else {
+                return false;
+            };
+            let committed = group.commit(catalog).await;
+            let mut state = self.state.lock().await;
+            if !shared {
+                let due = matches!(&committed, Ok((c, _)) if c.maintenance_due);
+                state.apply_group(group, committed, false);
+                return due;
+            }
+            match committed {
+                Err(StoreError::Iceberg(e)) if pinned::is_conflict(&e) && lost < COMMIT_RACES => {
+                    lost += 1;
+                    state.requeue(group);
+                    if let Err(e) = state.refresh(catalog).await {
+                        // The queue fails with it, as with any failed commit.
+                        let Some(group) = state.take_group() else {
+                            return false;
+                        };
+                        state.apply_group(group, Err(e), false);
+                        return false;
+                    }
+                }
+                committed => {
+                    let folded = committed.is_ok();
+                    if folded {
+                        if let Err(e) = state.refresh(catalog).await {
+                            // Committed, so acknowledged; the next read
+                            // catches up again.
+                            tracing::warn!("catching up after a commit: {e}");
+                        }
+                    }
+                    state.apply_group(group, committed, folded);
+                    return false;
+                }
+            }
+        }
     }
 
     /// Waits until no append is queued: what a change that is not an append
@@ -536,11 +580,14 @@ impl Store {
 
     /// The archive's state, locked, for a read: an archive dropped while the
     /// read waited for the lock is no archive, as it is to every read after.
+    /// On a shared catalog the state first catches up with what other
+    /// nodes committed, so a file another node acknowledged is readable.
     async fn live(&self, id: &str) -> Result<OwnedMutexGuard<LiveArchive>> {
-        let a = Arc::clone(&self.slot(id).await?.state).lock_owned().await;
+        let mut a = Arc::clone(&self.slot(id).await?.state).lock_owned().await;
         if a.dropped {
             return Err(StoreError::NoArchive(id.to_string()));
         }
+        a.refresh(&self.catalog).await?;
         Ok(a)
     }
 
@@ -634,16 +681,22 @@ impl Store {
         let budget = self.budget.clone();
         let changes = self.changes.clone();
         self.run_to_end(async move {
-            let queued = {
-                let _writer = slot.writer.lock().await;
+            let (queued, writer) = {
+                let writer = slot.writer.lock().await;
                 let _memory = budget.take(slot.engine_bound).await?;
-                let pending = slot.state.lock().await.begin_append()?;
+                let pending = {
+                    let mut state = slot.state.lock().await;
+                    // On a shared catalog the append starts where the other
+                    // nodes have left the archive.
+                    state.refresh(&catalog).await?;
+                    state.begin_append()?
+                };
                 let written = archive::write_blobs(pending, files).await;
                 // Metadata may come after the files (a multipart upload can
                 // carry it last); it is complete once they are.
                 let queued = match written {
-                    Ok((engine, Ok((rows, stats)))) => match meta.await {
-                        Ok(m) => slot.state.lock().await.enqueue(engine, rows, stats, m),
+                    Ok((engine, Ok(written))) => match meta.await {
+                        Ok(m) => slot.state.lock().await.enqueue(engine, written, m),
                         Err(Abandoned) => Err(StoreError::Aborted),
                     },
                     Ok((_, Err(e))) | Err(e) => Err(e),
@@ -654,8 +707,13 @@ impl Store {
                     slot.flush(&catalog).await;
                     slot.state.lock().await.abandon_append();
                 }
-                queued
-            }?;
+                (queued, writer)
+            };
+            let queued = queued?;
+            // On a shared catalog the next append waits for this one's
+            // commit: it could deduplicate into blobs that a lost commit
+            // race would move.
+            let _writer = (catalog.redb().is_none()).then_some(writer);
             let receipt = {
                 let _commit = slot.commit.lock().await;
                 let mut queued = queued;
@@ -686,7 +744,20 @@ impl Store {
         self.run_to_end(async move {
             let _writer = slot.writer.lock().await;
             slot.flush(&catalog).await;
-            let committed = slot.state.lock().await.delete(&catalog, &path).await?;
+            let shared = catalog.redb().is_none();
+            let mut lost = 0;
+            let committed = loop {
+                let mut state = slot.state.lock().await;
+                state.refresh(&catalog).await?;
+                match state.delete(&catalog, &path).await {
+                    Err(StoreError::Iceberg(e))
+                        if shared && pinned::is_conflict(&e) && lost < COMMIT_RACES =>
+                    {
+                        lost += 1;
+                    }
+                    r => break r?,
+                }
+            };
             if committed.maintenance_due {
                 slot.maintain(&catalog, &changes);
             }

@@ -28,9 +28,6 @@ use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 
 use arrow_array::RecordBatch;
-use futures::TryStreamExt;
-use iceberg::arrow::ArrowReaderBuilder;
-use iceberg::scan::FileScanTask;
 use iceberg::spec::{
     DataFile, ManifestContentType, ManifestEntry, ManifestFile, ManifestList, ManifestListWriter,
     ManifestWriterBuilder, Operation, Snapshot, Summary, TableMetadata, MAIN_BRANCH,
@@ -140,30 +137,7 @@ pub(crate) struct Rewrite {
 impl Rewrite {
     /// The rows of the files to merge, in the table's current schema.
     async fn read(&self, table: &Table) -> Result<Vec<RecordBatch>> {
-        let schema = table.metadata().current_schema().clone();
-        let fields: Vec<i32> = schema.as_struct().fields().iter().map(|f| f.id).collect();
-        let tasks: Vec<_> = self
-            .merge
-            .iter()
-            .map(|f| {
-                Ok(FileScanTask::builder()
-                    .with_file_size_in_bytes(f.file_size_in_bytes())
-                    .with_start(0)
-                    .with_length(f.file_size_in_bytes())
-                    .with_record_count(Some(f.record_count()))
-                    .with_data_file_path(f.file_path().to_string())
-                    .with_data_file_format(f.file_format())
-                    .with_schema(schema.clone())
-                    .with_project_field_ids(fields.clone())
-                    .with_partition(Some(f.partition().clone()))
-                    .with_case_sensitive(true)
-                    .build())
-            })
-            .collect();
-        let reader =
-            ArrowReaderBuilder::new(table.file_io().clone(), iceberg::Runtime::current()).build();
-        let tasks = Box::pin(futures::stream::iter(tasks));
-        Ok(reader.read(tasks)?.stream().try_collect().await?)
+        tables::read_data_files(table, &self.merge).await
     }
 }
 
@@ -442,12 +416,7 @@ impl RedbCatalog {
         metadata: &TableMetadata,
         snap: &Snapshot,
     ) -> iceberg::Result<ManifestList> {
-        let bytes = self
-            .file_io()
-            .new_input(snap.manifest_list())?
-            .read()
-            .await?;
-        ManifestList::parse_with_version(&bytes, metadata.format_version())
+        tables::manifest_list(self.file_io(), metadata, snap).await
     }
 
     /// The manifest lists and manifests the snapshots `ids` reach.

@@ -62,8 +62,17 @@ pub struct Segment {
 }
 
 impl Segment {
-    fn end(&self) -> u64 {
-        self.start + self.len
+    /// Whether byte `offset` of the region is in it.
+    pub fn holds(&self, offset: u64) -> bool {
+        self.start <= offset && offset - self.start < self.len
+    }
+
+    /// The reference its rows carry.
+    pub fn named(&self) -> SegmentRef {
+        SegmentRef {
+            start: self.start,
+            key: self.key.to_string(),
+        }
     }
 }
 
@@ -222,40 +231,90 @@ pub struct SegmentRef {
     pub key: String,
 }
 
-/// The segments of one archive's blob region, by start: a [`ReadAt`] over
+/// The committed segments of one archive's blob region: a [`ReadAt`] over
 /// the region, each read one ranged GET per segment it touches, and the
 /// maker of the next segment's writer.
 ///
-/// The map holds the committed segments and those of appends whose blobs
-/// are written but not yet committed, as a sidecar holds their bytes past
-/// the committed end: no committed row points into them until their commit.
-/// A segment's length is where the next one starts (or the region ends), so
-/// the map has no gaps but the one before the first segment, which only an
-/// append whose blobs all died can leave, and which nothing reads.
+/// Only committed segments are in the map: an append's own segment joins it
+/// when the append commits, at the start the commit settled on (another
+/// node may have committed first, moving it). A segment's length is where
+/// the next one starts (or the committed region ends), so the map has no
+/// gaps but the one before the first segment, which only an append whose
+/// blobs all died can leave, and which nothing reads.
 pub struct Segments {
     store: Arc<dyn ObjectStore>,
     runtime: Handle,
     /// Where new segments go.
     prefix: Path,
-    /// Sorted by `start`, each ending where the next starts.
-    list: RwLock<Vec<Segment>>,
+    map: RwLock<Map>,
     read: AtomicU64,
+}
+
+#[derive(Debug, Default)]
+struct Map {
+    /// Each segment's key, by start.
+    starts: BTreeMap<u64, Path>,
+    /// The committed end of the region.
+    end: u64,
+}
+
+impl Map {
+    /// Adds `refs` (repeats allowed: every row of a segment names it) and
+    /// moves the end to `end`.
+    fn add(&mut self, refs: impl IntoIterator<Item = SegmentRef>, end: u64) -> Result<()> {
+        self.end = self.end.max(end);
+        for r in refs {
+            if r.start >= self.end {
+                return Err(StoreError::SegmentPastEnd {
+                    start: r.start,
+                    end: self.end,
+                });
+            }
+            let key = Path::parse(&r.key).map_err(|_| StoreError::BadSegmentKey(r.key.clone()))?;
+            match self.starts.get(&r.start) {
+                Some(k) if *k != key => {
+                    return Err(StoreError::SegmentClash {
+                        start: r.start,
+                        keys: [k.to_string(), r.key],
+                    })
+                }
+                Some(_) => {}
+                None => {
+                    self.starts.insert(r.start, key);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The segment holding byte `offset`: its start, key and end.
+    fn find(&self, offset: u64) -> Option<(u64, &Path, u64)> {
+        if offset >= self.end {
+            return None;
+        }
+        let (&start, key) = self.starts.range(..=offset).next_back()?;
+        let end = self
+            .starts
+            .range(start + 1..)
+            .next()
+            .map_or(self.end, |(&next, _)| next);
+        Some((start, key, end))
+    }
 }
 
 impl std::fmt::Debug for Segments {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Segments")
             .field("prefix", &self.prefix)
-            .field("list", &self.list)
+            .field("map", &self.map)
             .finish_non_exhaustive()
     }
 }
 
 impl Segments {
     /// The map of the segments `refs` name, in a region that ends at `end`;
-    /// new segments go under `prefix`. Refs may repeat (every row of a
-    /// segment names it); two keys at one start, or a segment starting at
-    /// or past the end, are corruption.
+    /// new segments go under `prefix`. Two keys at one start, or a segment
+    /// starting at or past the end, are corruption.
     pub fn new(
         store: Arc<dyn ObjectStore>,
         runtime: Handle,
@@ -263,52 +322,18 @@ impl Segments {
         refs: impl IntoIterator<Item = SegmentRef>,
         end: u64,
     ) -> Result<Self> {
-        let mut starts: BTreeMap<u64, String> = BTreeMap::new();
-        for r in refs {
-            if r.start >= end {
-                return Err(StoreError::SegmentPastEnd {
-                    start: r.start,
-                    end,
-                });
-            }
-            match starts.get(&r.start) {
-                Some(key) if *key != r.key => {
-                    return Err(StoreError::SegmentClash {
-                        start: r.start,
-                        keys: [key.clone(), r.key],
-                    })
-                }
-                Some(_) => {}
-                None => {
-                    starts.insert(r.start, r.key);
-                }
-            }
-        }
-        let ends = starts
-            .keys()
-            .skip(1)
-            .copied()
-            .chain([end])
-            .collect::<Vec<_>>();
-        let mut list = Vec::with_capacity(starts.len());
-        for ((start, key), end) in starts.into_iter().zip(ends) {
-            let key = Path::parse(&key).map_err(|_| StoreError::BadSegmentKey(key))?;
-            list.push(Segment {
-                start,
-                len: end - start,
-                key,
-            });
-        }
+        let mut map = Map::default();
+        map.add(refs, end)?;
         Ok(Segments {
             store,
             runtime,
             prefix,
-            list: RwLock::new(list),
+            map: RwLock::new(map),
             read: AtomicU64::new(0),
         })
     }
 
-    /// A writer of the segment that starts at `start`, the end of the last.
+    /// A writer of a segment that starts at `start`.
     pub fn writer(&self, start: u64) -> SegmentWriter {
         SegmentWriter::new(
             Arc::clone(&self.store),
@@ -318,34 +343,23 @@ impl Segments {
         )
     }
 
-    /// Adds a finished segment after the last one.
-    pub fn push(&self, segment: Segment) {
-        if segment.len > 0 {
-            self.list_mut().push(segment);
-        }
+    /// Adds committed segments, the region now ending at `end`.
+    pub fn add(&self, refs: impl IntoIterator<Item = SegmentRef>, end: u64) -> Result<()> {
+        self.map_mut().add(refs, end)
     }
 
-    /// Forgets the segments from `end` on (their appends committed nothing):
-    /// the objects stay, unnamed, for garbage collection.
-    pub fn truncate(&self, end: u64) {
-        self.list_mut().retain(|s| s.start < end);
-    }
-
-    /// The segment that holds byte `offset`.
+    /// The committed segment that holds byte `offset`.
     pub fn segment_of(&self, offset: u64) -> Option<SegmentRef> {
-        let list = self.list();
-        let i = list.partition_point(|s| s.end() <= offset);
-        list.get(i)
-            .filter(|s| s.start <= offset)
-            .map(|s| SegmentRef {
-                start: s.start,
-                key: s.key.to_string(),
-            })
+        let map = self.map();
+        map.find(offset).map(|(start, key, _)| SegmentRef {
+            start,
+            key: key.to_string(),
+        })
     }
 
-    /// End of the last segment.
+    /// The committed end of the region.
     pub fn end(&self) -> u64 {
-        self.list().last().map_or(0, Segment::end)
+        self.map().end
     }
 
     /// Bytes read since the map was made.
@@ -353,51 +367,62 @@ impl Segments {
         self.read.load(Ordering::Relaxed)
     }
 
-    /// The objects every segment of the map is stored in, for a drop.
+    /// The store and the prefix every segment of the map is under, for a drop.
     pub fn store(&self) -> (&Arc<dyn ObjectStore>, &Path) {
         (&self.store, &self.prefix)
     }
 
-    fn list(&self) -> std::sync::RwLockReadGuard<'_, Vec<Segment>> {
-        self.list
+    fn map(&self) -> std::sync::RwLockReadGuard<'_, Map> {
+        self.map
             .read()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
-    fn list_mut(&self) -> std::sync::RwLockWriteGuard<'_, Vec<Segment>> {
-        self.list
+    fn map_mut(&self) -> std::sync::RwLockWriteGuard<'_, Map> {
+        self.map
             .write()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Reads `buf.len()` bytes at `from` in the object `key`.
+    pub fn read_object(&self, key: &Path, buf: &mut [u8], from: u64) -> io::Result<()> {
+        let n = buf.len() as u64;
+        let got = block_on(&self.runtime, self.store.get_range(key, from..from + n))
+            .map_err(io::Error::other)?;
+        if got.len() as u64 != n {
+            return Err(io::Error::new(
+                io::ErrorKind::UnexpectedEof,
+                format!("segment {key} gave {} bytes of {n}", got.len()),
+            ));
+        }
+        buf.copy_from_slice(&got);
+        self.read.fetch_add(n, Ordering::Relaxed);
+        Ok(())
     }
 
     /// The ranges of `len` bytes at `offset`, per segment: taken under the
     /// lock, read without it.
     fn pieces(&self, offset: u64, len: u64) -> io::Result<Vec<(Path, u64, u64)>> {
-        let list = self.list();
-        let end = list.last().map_or(0, Segment::end);
-        if offset.checked_add(len).is_none_or(|e| e > end) {
+        let map = self.map();
+        if offset.checked_add(len).is_none_or(|e| e > map.end) {
             return Err(io::Error::new(
                 io::ErrorKind::UnexpectedEof,
-                format!("read past the end of the blob segments ({end})"),
+                format!("read past the end of the blob segments ({})", map.end),
             ));
         }
-        let mut i = list.partition_point(|s| s.end() <= offset);
         let (mut offset, mut left) = (offset, len);
         let mut out = Vec::new();
         while left > 0 {
-            let s = &list[i];
-            if s.start > offset {
+            let Some((start, key, end)) = map.find(offset) else {
                 return Err(io::Error::new(
                     io::ErrorKind::UnexpectedEof,
                     format!("no blob segment holds byte {offset}"),
                 ));
-            }
-            let from = offset - s.start;
-            let n = (s.len - from).min(left);
-            out.push((s.key.clone(), from, n));
+            };
+            let n = (end - offset).min(left);
+            out.push((key.clone(), offset - start, n));
             offset += n;
             left -= n;
-            i += 1;
         }
         Ok(out)
     }
@@ -406,18 +431,9 @@ impl Segments {
 impl ReadAt for Segments {
     fn read_exact_at(&self, mut buf: &mut [u8], offset: u64) -> io::Result<()> {
         for (key, from, n) in self.pieces(offset, buf.len() as u64)? {
-            let got = block_on(&self.runtime, self.store.get_range(&key, from..from + n))
-                .map_err(io::Error::other)?;
-            if got.len() as u64 != n {
-                return Err(io::Error::new(
-                    io::ErrorKind::UnexpectedEof,
-                    format!("segment {key} gave {} bytes of {n}", got.len()),
-                ));
-            }
             let (now, rest) = std::mem::take(&mut buf).split_at_mut(n as usize);
-            now.copy_from_slice(&got);
+            self.read_object(&key, now, from)?;
             buf = rest;
-            self.read.fetch_add(n, Ordering::Relaxed);
         }
         Ok(())
     }
@@ -513,7 +529,9 @@ mod tests {
             let mut w = map.writer(start);
             rows.extend(compress(&mut engine, files, &mut w));
             assert_eq!(start + w.written(), engine.blob_end());
-            map.push(w.finish().unwrap());
+            let segment = w.finish().unwrap();
+            map.add([segment.named()], segment.start + segment.len)
+                .unwrap();
         }
         assert_eq!(map.end(), sidecar.len() as u64);
         let mut whole = vec![0; sidecar.len()];
@@ -529,7 +547,7 @@ mod tests {
             .map(|r| map.segment_of(r.blob_offset).unwrap())
             .collect();
         let derived = Segments::new(store, rt.handle().clone(), prefix(), refs, map.end()).unwrap();
-        assert_eq!(*derived.list(), *map.list());
+        assert_eq!(derived.map().starts, map.map().starts);
 
         let src: Arc<dyn ReadAt> = Arc::new(derived);
         for (path, bytes) in first.iter().chain(&second) {
@@ -654,8 +672,7 @@ mod tests {
             assert_eq!(e.kind(), io::ErrorKind::UnexpectedEof, "at {offset}");
         }
         assert_eq!(m.segment_of(5), Some(at(4, &b)));
-        m.truncate(4);
-        assert_eq!((m.end(), m.segment_of(5)), (4, None));
+        assert_eq!(m.segment_of(10), None);
 
         // An append whose blobs all died left bytes no segment holds.
         let gap = map(vec![at(4, &b)], 10).unwrap();

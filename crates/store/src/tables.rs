@@ -18,7 +18,13 @@ use arrow_array::types::{Int32Type, Int64Type};
 use arrow_array::{Array, ArrayRef, RecordBatch};
 use futures::TryStreamExt;
 use iceberg::arrow::schema_to_arrow_schema;
-use iceberg::spec::{DataFile, DataFileFormat, NestedField, PrimitiveType, Schema, Type};
+use iceberg::arrow::ArrowReaderBuilder;
+use iceberg::io::FileIO;
+use iceberg::scan::FileScanTask;
+use iceberg::spec::{
+    DataFile, DataFileFormat, ManifestList, ManifestStatus, NestedField, PrimitiveType, Schema,
+    Snapshot, TableMetadata, Type,
+};
 use iceberg::table::Table;
 use iceberg::transaction::{AddColumn, ApplyTransactionAction, Transaction};
 use iceberg::writer::base_writer::data_file_writer::DataFileWriterBuilder;
@@ -348,6 +354,82 @@ pub async fn scan_all(table: &Table) -> Result<Vec<RecordBatch>> {
     }
     let stream = table.scan().select_all().build()?.to_arrow().await?;
     Ok(stream.try_collect().await?)
+}
+
+/// The rows the snapshots after `since` added, oldest first: what a node
+/// that derived its state at `since` has not seen. Every row of the table
+/// if `since` is not in the current snapshot's history (or is `None`).
+/// Only the manifests each newer snapshot added are read, and only the
+/// data files they added.
+pub async fn rows_since(table: &Table, since: Option<i64>) -> Result<Vec<RecordBatch>> {
+    let md = table.metadata();
+    let mut newer = Vec::new();
+    let mut at = md.current_snapshot();
+    while let Some(s) = at {
+        if Some(s.snapshot_id()) == since {
+            break;
+        }
+        newer.push(s);
+        at = s.parent_snapshot_id().and_then(|p| md.snapshot_by_id(p));
+    }
+    if at.is_none() && since.is_some() {
+        return scan_all(table).await;
+    }
+    let mut files = Vec::new();
+    for s in newer.into_iter().rev() {
+        let list = manifest_list(table.file_io(), md, s).await?;
+        for m in list.entries() {
+            if m.added_snapshot_id != s.snapshot_id() {
+                continue;
+            }
+            let manifest = m.load_manifest(table.file_io()).await?;
+            files.extend(
+                manifest
+                    .entries()
+                    .iter()
+                    .filter(|e| e.status() == ManifestStatus::Added)
+                    .map(|e| e.data_file().clone()),
+            );
+        }
+    }
+    read_data_files(table, &files).await
+}
+
+/// The manifest list of `snap`, a snapshot of the table `metadata` describes.
+pub(crate) async fn manifest_list(
+    file_io: &FileIO,
+    metadata: &TableMetadata,
+    snap: &Snapshot,
+) -> iceberg::Result<ManifestList> {
+    let bytes = file_io.new_input(snap.manifest_list())?.read().await?;
+    ManifestList::parse_with_version(&bytes, metadata.format_version())
+}
+
+/// The rows of `files`, data files of `table`, in its current schema.
+pub async fn read_data_files(table: &Table, files: &[DataFile]) -> Result<Vec<RecordBatch>> {
+    let schema = table.metadata().current_schema().clone();
+    let fields: Vec<i32> = schema.as_struct().fields().iter().map(|f| f.id).collect();
+    let tasks: Vec<_> = files
+        .iter()
+        .map(|f| {
+            Ok(FileScanTask::builder()
+                .with_file_size_in_bytes(f.file_size_in_bytes())
+                .with_start(0)
+                .with_length(f.file_size_in_bytes())
+                .with_record_count(Some(f.record_count()))
+                .with_data_file_path(f.file_path().to_string())
+                .with_data_file_format(f.file_format())
+                .with_schema(schema.clone())
+                .with_project_field_ids(fields.clone())
+                .with_partition(Some(f.partition().clone()))
+                .with_case_sensitive(true)
+                .build())
+        })
+        .collect();
+    let reader =
+        ArrowReaderBuilder::new(table.file_io().clone(), iceberg::Runtime::current()).build();
+    let tasks = Box::pin(futures::stream::iter(tasks));
+    Ok(reader.read(tasks)?.stream().try_collect().await?)
 }
 
 fn col<'a>(b: &'a RecordBatch, column: &'static str) -> Result<&'a dyn Array> {
