@@ -33,11 +33,11 @@ import os
 import random
 import shutil
 import socket
-import statistics
 import subprocess
 import sys
 import threading
 import time
+import urllib.request
 import uuid
 import venv
 from pathlib import Path
@@ -110,18 +110,22 @@ def in_threads(n, work):
 
 
 class Znippy:
-    def __init__(self, data):
+    """`znippy serve` on a data directory, or with `args` (--catalog rest ...)
+    and `env` on object storage; `create` makes the archive."""
+
+    def __init__(self, data, args=(), env=None, create=True):
         self.port = free_port()
         self.proc = subprocess.Popen(
             [ZNIPPY, "serve", "--listen", f"127.0.0.1:{self.port}", "--log", "warn",
-             "--data", data],
-            stdout=subprocess.PIPE, env=server_env(),
+             "--data", data, *args],
+            stdout=subprocess.PIPE, env=env or server_env(),
         )
         self.proc.stdout.readline()  # "listening on ..."
         self.local = threading.local()
-        status, _ = self.request("POST", "/archives", b'{"id": "bench"}',
-                                 {"content-type": "application/json"})
-        assert status == 201, status
+        if create:
+            status, _ = self.request("POST", "/archives", b'{"id": "bench"}',
+                                     {"content-type": "application/json"})
+            assert status == 201, status
 
     def conn(self):
         c = getattr(self.local, "c", None)
@@ -166,13 +170,18 @@ class Znippy:
 
 
 class Seaweed:
+    """`weed mini` with bucket `bench` and, for znippy's tables, the table
+    bucket `tables` behind its Iceberg REST catalog."""
+
     def __init__(self, weed, data, fsync):
         self.port = free_port()
         ports = {k: free_port() for k in ("master", "volume", "filer", "admin", "iceberg")}
+        self.catalog = f"http://127.0.0.1:{ports['iceberg']}"
         env = server_env(AWS_ACCESS_KEY_ID=KEY, AWS_SECRET_ACCESS_KEY=SECRET)
+        self.env = env
         self.proc = subprocess.Popen(
             [weed, "mini", f"-dir={data}", "-ip=127.0.0.1", "-ip.bind=127.0.0.1",
-             "-bucket=bench", "-admin.ui=false", f"-s3.port={self.port}",
+             "-bucket=bench", "-tableBucket=tables", "-admin.ui=false", f"-s3.port={self.port}",
              f"-master.port={ports['master']}", f"-volume.port={ports['volume']}",
              f"-filer.port={ports['filer']}", f"-admin.port={ports['admin']}",
              f"-s3.port.iceberg={ports['iceberg']}", "-s3.port.lance=0"],
@@ -192,6 +201,7 @@ class Seaweed:
         while True:
             try:
                 self.put("ready", b"x")
+                urllib.request.urlopen(f"{self.catalog}/v1/config", timeout=2).close()
                 break
             except Exception:
                 if time.time() > deadline:
@@ -204,6 +214,14 @@ class Seaweed:
                 input=b"fs.configure -locationPrefix=/buckets/bench/ -fsync -apply\n",
                 env=env, stdout=subprocess.DEVNULL, check=True, timeout=60,
             )
+
+    def znippy_args(self):
+        """`znippy serve` on this server: the tables in its catalog, the blobs
+        in its bucket."""
+        return ["--catalog", "rest", "--catalog-uri", self.catalog,
+                "--catalog-credential", f"{KEY}:{SECRET}", "--catalog-warehouse", "tables",
+                "--warehouse", "s3://bench/znippy",
+                "--s3-endpoint", f"http://127.0.0.1:{self.port}"]
 
     def client(self):
         c = getattr(self.local, "c", None)

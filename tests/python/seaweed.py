@@ -78,10 +78,50 @@ def answers(url):
 
 
 class Seaweed:
-    def __init__(self, s3_port, catalog_port):
-        self.s3_port = s3_port
-        self.s3 = f"http://127.0.0.1:{s3_port}"
-        self.catalog = f"http://127.0.0.1:{catalog_port}"
+    """A `weed mini` on fixed ports and a data directory, which can be
+    stopped and started again as it is."""
+
+    def __init__(self, data):
+        self.data = data
+        self.ports = free_ports(6)
+        self.s3_port, self.catalog_port = self.ports[0], self.ports[1]
+        self.s3 = f"http://127.0.0.1:{self.s3_port}"
+        self.catalog = f"http://127.0.0.1:{self.catalog_port}"
+        self.proc = None
+
+    def start(self):
+        s3, iceberg, master, volume, filer, admin = self.ports
+        env = os.environ | {"AWS_ACCESS_KEY_ID": KEY_ID, "AWS_SECRET_ACCESS_KEY": SECRET}
+        with open(self.data / "weed.log", "ab") as log:
+            self.proc = subprocess.Popen(
+                [weed_bin(), "mini", f"-dir={self.data}", "-ip=127.0.0.1", "-ip.bind=127.0.0.1",
+                 "-admin.ui=false", "-webdav=false", "-master.telemetry=false",
+                 "-s3.port.lance=0", f"-bucket={BUCKET}", f"-tableBucket={TABLE_BUCKET}",
+                 f"-s3.port={s3}", f"-s3.port.iceberg={iceberg}", f"-master.port={master}",
+                 f"-volume.port={volume}", f"-filer.port={filer}", f"-admin.port={admin}"],
+                stdout=subprocess.DEVNULL, stderr=log, stdin=subprocess.DEVNULL, env=env)
+        # weed mini creates the buckets a moment after its ports open; the
+        # filer's listing of /buckets is the one unauthenticated place that
+        # shows them.
+        deadline = time.monotonic() + READY_TIMEOUT
+        while True:
+            listing = answers(f"http://127.0.0.1:{filer}/buckets/") or ""
+            ready = (answers(f"{self.s3}/") is not None
+                     and answers(f"{self.catalog}/v1/config") is not None
+                     and all(f'"FullPath":"/buckets/{b}"' in listing
+                             for b in (BUCKET, TABLE_BUCKET)))
+            if ready:
+                return
+            assert self.proc.poll() is None, \
+                (self.data / "weed.log").read_text(errors="replace")[-2000:]
+            assert time.monotonic() < deadline, "weed mini not ready"
+            time.sleep(0.1)
+
+    def kill(self):
+        if self.proc is not None:
+            self.proc.kill()
+            self.proc.wait()
+            self.proc = None
 
     def env(self):
         """The environment an S3 client of this server needs."""
@@ -118,35 +158,11 @@ class Seaweed:
 
 @contextlib.contextmanager
 def seaweed(tmp_path: Path):
-    s3, iceberg, master, volume, filer, admin = free_ports(6)
     data = tmp_path / "seaweed"
     data.mkdir()
-    env = os.environ | {"AWS_ACCESS_KEY_ID": KEY_ID, "AWS_SECRET_ACCESS_KEY": SECRET}
-    with open(data / "weed.log", "wb") as log:
-        proc = subprocess.Popen(
-            [weed_bin(), "mini", f"-dir={data}", "-ip=127.0.0.1", "-ip.bind=127.0.0.1",
-             "-admin.ui=false", "-webdav=false", "-master.telemetry=false",
-             "-s3.port.lance=0", f"-bucket={BUCKET}", f"-tableBucket={TABLE_BUCKET}",
-             f"-s3.port={s3}", f"-s3.port.iceberg={iceberg}", f"-master.port={master}",
-             f"-volume.port={volume}", f"-filer.port={filer}", f"-admin.port={admin}"],
-            stdout=subprocess.DEVNULL, stderr=log, stdin=subprocess.DEVNULL, env=env)
+    server = Seaweed(data)
     try:
-        # weed mini creates the buckets a moment after its ports open; the
-        # filer's listing of /buckets is the one unauthenticated place that
-        # shows them.
-        deadline = time.monotonic() + READY_TIMEOUT
-        while True:
-            listing = answers(f"http://127.0.0.1:{filer}/buckets/") or ""
-            ready = (answers(f"http://127.0.0.1:{s3}/") is not None
-                     and answers(f"http://127.0.0.1:{iceberg}/v1/config") is not None
-                     and all(f'"FullPath":"/buckets/{b}"' in listing
-                             for b in (BUCKET, TABLE_BUCKET)))
-            if ready:
-                break
-            assert proc.poll() is None, (data / "weed.log").read_text(errors="replace")[-2000:]
-            assert time.monotonic() < deadline, "weed mini not ready"
-            time.sleep(0.1)
-        yield Seaweed(s3, iceberg)
+        server.start()
+        yield server
     finally:
-        proc.kill()
-        proc.wait()
+        server.kill()

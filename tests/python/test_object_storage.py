@@ -7,12 +7,22 @@ sent is, and once the writer stops both agree with the service's listing.
 The service's own read-only /iceberg/v1 facade shows the same tables, and
 every file reads back through the service byte for byte.
 
+Faults: with SeaweedFS down every request fails with a 503
+`storage_unavailable` JSON error (never a 500, never a corrupt table) and
+succeeds again once it is back; a node killed with SIGKILL in the middle of
+an upload loses nothing acknowledged, leaves no object behind, and the other
+node goes on serving.
+
 Run: ZNIPPY_BIN=target/debug/znippy python -m pytest -q tests/python/test_object_storage.py
 """
 
 import hashlib
+import http.client
 import random
 import threading
+import urllib.parse
+
+import pyarrow.fs
 
 import pytest
 from pyiceberg.catalog.rest import RestCatalog
@@ -117,3 +127,80 @@ def test_shared_catalog_readers_follow_appends(stack):
     # Sealing on object storage is not there yet, and says so.
     r = node.request("POST", f"/archives/{ARCHIVE}/seal")
     assert r.status == 501 and r.json()["error"]["code"] == "unsupported", r
+
+
+def segment_objects(sw, archive_id):
+    """The keys of the objects under an archive's blob prefix, straight from S3."""
+    s3 = pyarrow.fs.S3FileSystem(access_key=seaweed.KEY_ID, secret_key=seaweed.SECRET,
+                                 endpoint_override=sw.s3, region="us-east-1")
+    sel = pyarrow.fs.FileSelector(f"{seaweed.BUCKET}/znippy/{archive_id}", allow_not_found=True,
+                                  recursive=True)
+    prefix = f"{seaweed.BUCKET}/"
+    return {i.path[len(prefix):] for i in s3.get_file_info(sel) if i.is_file}
+
+
+def named_segments(sw, archive_id):
+    catalog = RestCatalog("seaweed", **sw.pyiceberg_props())
+    rows = catalog.load_table(("znippy", archive_id, "files")).scan(
+        selected_fields=("segment",)).to_arrow().to_pylist()
+    return {r["segment"] for r in rows if r["segment"] is not None}
+
+
+def test_an_outage_is_a_503_and_service_resumes(stack):
+    sw, node = stack
+    node.create("outage")
+    node.put("outage", "before.txt", b"before")
+    sw.kill()
+    for method, path, body in [("PUT", "/archives/outage/files/during.txt", b"x"),
+                               ("GET", "/archives/outage/files/before.txt", None),
+                               ("GET", "/archives/outage/files", None),
+                               ("DELETE", "/archives/outage/files/before.txt", None)]:
+        r = node.request(method, path, body, {"Content-Type": "application/octet-stream"})
+        assert r.status == 503, (method, path, r, node.logs())
+        assert r.json()["error"]["code"] == "storage_unavailable", r
+    sw.start()
+    node.put("outage", "after.txt", b"after")
+    expected = {"before.txt": 6, "after.txt": 5}
+    assert node.listing("outage") == expected
+    assert node.request("GET", "/archives/outage/files/before.txt").body == b"before"
+    catalog = RestCatalog("seaweed", **sw.pyiceberg_props())
+    assert py_live(catalog.load_table(("znippy", "outage", "files"))) == expected
+
+
+def test_a_killed_node_loses_nothing_acknowledged(tmp_path):
+    with seaweed.seaweed(tmp_path) as sw:
+        (tmp_path / "a").mkdir()
+        (tmp_path / "b").mkdir()
+        with serving(sw.znippy_args(), tmp_path / "a" / "serve.log", env=sw.env(),
+                     killed=True) as a, \
+                serving(sw.znippy_args(), tmp_path / "b" / "serve.log", env=sw.env()) as b:
+            b.create("k")
+            acked = {}
+            for i in range(3):
+                data = random.Random(i).randbytes(20000)
+                b.put("k", f"b{i}", data)
+                a.put("k", f"a{i}", data[::-1])
+                acked |= {f"b{i}": data, f"a{i}": data[::-1]}
+
+            # A large upload to node A, cut off by SIGKILL past its first
+            # segment part (8 MiB), so a multipart upload is under way.
+            url = urllib.parse.urlsplit(a.base)
+            conn = http.client.HTTPConnection(url.hostname, url.port, timeout=HTTP_TIMEOUT)
+            conn.putrequest("PUT", "/archives/k/files/big.bin")
+            conn.putheader("Content-Type", "application/octet-stream")
+            conn.putheader("Transfer-Encoding", "chunked")
+            conn.endheaders()
+            piece = random.Random(7).randbytes(1 << 20)
+            for _ in range(20):
+                conn.send(b"%x\r\n" % len(piece) + piece + b"\r\n")
+            a.proc.kill()
+            a.proc.wait()
+            conn.close()
+
+            for path, data in acked.items():
+                r = b.request("GET", f"/archives/k/files/{path}")
+                assert r.status == 200 and r.body == data, path
+            b.put("k", "after", b"still serving")
+            assert set(b.listing("k")) == set(acked) | {"after"}
+            assert segment_objects(sw, "k") == named_segments(sw, "k"), \
+                "the killed upload left an object behind"

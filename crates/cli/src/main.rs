@@ -63,6 +63,13 @@ enum Cmd {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         args: Vec<OsString>,
     },
+    /// Remove the blob segments no committed row names, on object storage.
+    #[command(disable_help_flag = true)]
+    Gc {
+        /// Run `znippy gc --help` for these.
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<OsString>,
+    },
     /// Seal a live archive of a data directory into an immutable .znippy.
     #[command(disable_help_flag = true)]
     Seal {
@@ -282,6 +289,7 @@ fn run(cmd: Cmd) -> Result<ExitCode> {
         Cmd::Meta(args) => return meta(args),
         Cmd::Live { args } => return Err(server("live", args)),
         Cmd::Serve { args } => return Err(server("serve", args)),
+        Cmd::Gc { args } => return Err(server("gc", args)),
         Cmd::Seal { args } => return Err(server("seal", args)),
         Cmd::Append(args) => append(args)?,
         Cmd::Recover(args) => recover(args)?,

@@ -336,14 +336,14 @@ fn store_error(e: &StoreError, msg: String) -> ApiError {
         StoreError::Sealed(_) => ApiError::new(StatusCode::CONFLICT, ErrorCode::Sealed, msg),
         StoreError::BadId(_) => ApiError::bad_request(ErrorCode::BadId, msg),
         // Object storage down or unreachable: the client may retry later.
-        StoreError::SidecarGone(_) => {
-            ApiError::new(StatusCode::SERVICE_UNAVAILABLE, ErrorCode::Unavailable, msg)
-        }
-        StoreError::ObjectStore { .. } => ApiError::new(
+        e if e.is_unavailable() => ApiError::new(
             StatusCode::SERVICE_UNAVAILABLE,
             ErrorCode::StorageUnavailable,
             msg,
         ),
+        StoreError::SidecarGone(_) => {
+            ApiError::new(StatusCode::SERVICE_UNAVAILABLE, ErrorCode::Unavailable, msg)
+        }
         StoreError::Unsupported(_) => {
             ApiError::new(StatusCode::NOT_IMPLEMENTED, ErrorCode::Unsupported, msg)
         }

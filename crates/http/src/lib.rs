@@ -303,10 +303,18 @@ pub async fn serve_on(
         Some(remote) => Store::open_remote(remote.connect().await?, opts).await?,
     };
     let store = Arc::new(store);
+    let gc = config
+        .remote
+        .is_some()
+        .then(|| tokio::spawn(collect_garbage(Arc::clone(&store))));
     let (header_timeout, grace) = (config.header_timeout, config.shutdown_grace);
     let app = router(store.clone(), config);
     tracing::info!(addr = %listener.local_addr()?, "znippy serving");
     server::run(listener, app, header_timeout, grace, shutdown).await;
+    if let Some(gc) = gc {
+        gc.abort();
+        let _ = gc.await;
+    }
     // Handlers are gone once their connections are, but a spawned seal holds
     // the store a moment longer, and a change whose request was cut off runs
     // to its end on a task of its own. Waiting for both means the data
@@ -321,6 +329,28 @@ pub async fn serve_on(
     };
     store.close().await;
     Ok(())
+}
+
+/// How often a service on object storage removes the segments no row
+/// names ([`Store::gc`]).
+const GC_INTERVAL: std::time::Duration = std::time::Duration::from_secs(3600);
+
+/// Runs [`Store::gc`] every [`GC_INTERVAL`], until aborted at shutdown.
+async fn collect_garbage(store: Arc<Store>) {
+    loop {
+        tokio::time::sleep(GC_INTERVAL).await;
+        match store.gc(znippy_store::GC_MIN_AGE).await {
+            Ok(c) if c.objects > 0 => {
+                tracing::info!(
+                    objects = c.objects,
+                    bytes = c.bytes,
+                    "removed unnamed segments"
+                )
+            }
+            Ok(_) => {}
+            Err(e) => tracing::warn!("removing unnamed segments: {e}"),
+        }
+    }
 }
 
 /// Largest JSON request body.

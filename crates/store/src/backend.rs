@@ -94,6 +94,14 @@ impl Backend {
         self.redb.as_ref()
     }
 
+    /// The bucket and prefix the blob segments are under, on object storage.
+    pub fn objects(&self) -> Option<(&Arc<dyn ObjectStore>, &ObjectPath)> {
+        match &self.home {
+            BlobHome::Local(_) => None,
+            BlobHome::Objects { store, prefix, .. } => Some((store, prefix)),
+        }
+    }
+
     /// Where archive `id`'s sidecar is, in a data directory.
     pub fn sidecar_path(&self, id: &str) -> Option<PathBuf> {
         match &self.home {

@@ -197,6 +197,30 @@ fn shown(value: &Option<String>) -> String {
 pub struct Abandoned;
 
 impl StoreError {
+    /// Whether object storage or a remote catalog failed or could not be
+    /// reached: nothing was committed, and the same request may succeed
+    /// once they are back.
+    pub fn is_unavailable(&self) -> bool {
+        let remote = |e: &(dyn std::error::Error + 'static)| {
+            e.is::<object_store::Error>() || e.is::<reqwest::Error>()
+        };
+        match self {
+            StoreError::ObjectStore { .. } => true,
+            StoreError::Commit(e) => e.is_unavailable(),
+            StoreError::Iceberg(e) => {
+                let mut cause = std::error::Error::source(e);
+                while let Some(c) = cause {
+                    if remote(c) {
+                        return true;
+                    }
+                    cause = c.source();
+                }
+                false
+            }
+            _ => false,
+        }
+    }
+
     pub(crate) fn io(context: impl Into<String>, source: std::io::Error) -> Self {
         StoreError::Io {
             context: context.into(),

@@ -74,7 +74,7 @@ mod sidecar;
 mod storage;
 mod tables;
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -116,6 +116,19 @@ const COMMIT_RACES: usize = 16;
 
 /// Previous metadata files a table's log names (and expiry keeps on disk).
 const METADATA_VERSIONS_KEPT: usize = 20;
+
+/// How long [`Store::gc`] leaves an unnamed segment by default: far longer
+/// than an append takes from its upload to its commit.
+pub const GC_MIN_AGE: std::time::Duration = std::time::Duration::from_secs(3600);
+
+/// What [`Store::gc`] removed.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Collected {
+    /// Objects removed.
+    pub objects: u64,
+    /// Their bytes.
+    pub bytes: u64,
+}
 
 /// How to create an archive.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -941,6 +954,86 @@ impl Store {
         }
         state.sealed = Some(file);
         Ok(())
+    }
+
+    /// Removes the blob segments that no committed row names, once they are
+    /// older than `min_age`: what an append leaves when it fails between
+    /// its upload and its commit (the catalog went away, or it lost more
+    /// commit races than it may), and what a drop left when object storage
+    /// failed under it. A segment is named from its append's commit on, and
+    /// an append commits within moments of its upload, so `min_age` (an
+    /// hour, say) keeps the segments of appends still in flight. Nothing
+    /// to do in a data directory, where a failed append's bytes are cut
+    /// off the sidecar.
+    pub async fn gc(&self, min_age: std::time::Duration) -> Result<Collected> {
+        use futures::TryStreamExt;
+        use object_store::ObjectStoreExt;
+
+        let Some((objects, prefix)) = self.catalog.objects() else {
+            return Ok(Collected::default());
+        };
+        let listed: Vec<object_store::ObjectMeta> = objects
+            .list(Some(prefix))
+            .try_collect()
+            .await
+            .map_err(|source| StoreError::ObjectStore {
+                context: format!("listing the segments under {prefix}"),
+                source,
+            })?;
+        let cutoff = std::time::SystemTime::now() - min_age;
+        let mut named: HashMap<String, HashSet<String>> = HashMap::new();
+        let mut garbage = Vec::new();
+        for object in listed {
+            if std::time::SystemTime::from(object.last_modified) > cutoff {
+                continue;
+            }
+            let id = object
+                .location
+                .prefix_match(prefix)
+                .and_then(|mut parts| parts.next())
+                .map(|p| p.as_ref().to_string());
+            let Some(id) = id else {
+                continue;
+            };
+            if !named.contains_key(&id) {
+                named.insert(id.clone(), self.named_segments(&id).await?);
+            }
+            if !named[&id].contains(object.location.as_ref()) {
+                garbage.push(object);
+            }
+        }
+        let mut collected = Collected::default();
+        for object in garbage {
+            match objects.delete(&object.location).await {
+                Ok(()) | Err(object_store::Error::NotFound { .. }) => {
+                    collected.objects += 1;
+                    collected.bytes += object.size;
+                }
+                Err(source) => {
+                    return Err(StoreError::ObjectStore {
+                        context: format!("removing {}", object.location),
+                        source,
+                    })
+                }
+            }
+        }
+        Ok(collected)
+    }
+
+    /// The segment keys archive `id`'s rows name; none if there is no such
+    /// archive (it was dropped).
+    async fn named_segments(&self, id: &str) -> Result<HashSet<String>> {
+        let ident = TableIdent::new(Self::ns(id), tables::FILES.to_string());
+        if check_id(id).is_err() || !self.catalog.table_exists(&ident).await? {
+            return Ok(HashSet::new());
+        }
+        let table = self.catalog.load_table(&ident).await?;
+        let rows = tables::file_rows(&tables::scan_all(&table).await?)?;
+        Ok(rows
+            .into_iter()
+            .filter_map(|r| r.segment)
+            .map(|s| s.key)
+            .collect())
     }
 
     /// Metadata rows by key prefix.

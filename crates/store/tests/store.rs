@@ -47,7 +47,7 @@ async fn append_read_replace_delete_and_restart() {
 /// with a drop.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn append_read_replace_delete_and_restart_on_object_storage() {
-    use object_store::ObjectStore;
+    use object_store::{ObjectStore, ObjectStoreExt};
     use znippy_store::StoreOptions;
     use znippy_testkit::seaweed::Seaweed;
 
@@ -71,7 +71,31 @@ async fn append_read_replace_delete_and_restart_on_object_storage() {
     };
     let before = segments().await.unwrap();
     assert_eq!(before.len(), 3, "one segment per append that wrote blobs");
+
+    // What a failed append and a half-done drop leave: objects no row
+    // names. gc removes them once old enough, and nothing a row names.
     let store = open().await;
+    let orphans = [
+        remote.prefix.clone().join("a1").join("orphan.blobs"),
+        remote.prefix.clone().join("dropped").join("x.blobs"),
+    ];
+    for key in &orphans {
+        remote
+            .blobs
+            .put(key, b"lost".to_vec().into())
+            .await
+            .unwrap();
+    }
+    let young = store
+        .gc(std::time::Duration::from_secs(3600))
+        .await
+        .unwrap();
+    assert_eq!(young.objects, 0, "an append in flight keeps its segment");
+    let old = store.gc(std::time::Duration::ZERO).await.unwrap();
+    assert_eq!((old.objects, old.bytes), (2, 8));
+    assert_eq!(segments().await.unwrap().len(), 3);
+    assert_eq!(read(&store, "a1", "copy").await, text(7, 300_000));
+
     store.drop_archive("a1").await.unwrap();
     assert!(segments().await.unwrap().is_empty());
     assert!(store.list().await.unwrap().is_empty());

@@ -5,6 +5,7 @@
 //! its own because it links the store, Iceberg and the HTTP stack, which the
 //! archiver commands must not pay for at every start.
 
+mod gc;
 mod live;
 mod serve;
 
@@ -40,8 +41,10 @@ enum Cmd {
         #[command(subcommand)]
         cmd: live::LiveCmd,
     },
-    /// Run the HTTP service on a data directory.
+    /// Run the HTTP service on a data directory (or a REST catalog and S3).
     Serve(serve::ServeArgs),
+    /// Remove the blob segments no committed row names, on object storage.
+    Gc(gc::GcArgs),
     /// Seal a live archive of a data directory into an immutable .znippy.
     Seal {
         /// The data directory.
@@ -81,6 +84,7 @@ fn run(cmd: Cmd) -> Result<ExitCode> {
             cmd,
         } => live::run(data, threads(t), cmd),
         Cmd::Serve(args) => serve::run(args).map(|()| ExitCode::SUCCESS),
+        Cmd::Gc(args) => gc::run(args).map(|()| ExitCode::SUCCESS),
         Cmd::Seal { data, id, output } => {
             live::seal(data, &id, output.as_deref()).map(|()| ExitCode::SUCCESS)
         }

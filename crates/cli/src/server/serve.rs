@@ -15,28 +15,8 @@ pub struct ServeArgs {
     /// The data directory (catalog, tables, sidecars, sealed archives).
     #[arg(long, env = "ZNIPPY_DATA", default_value = "znippy-data")]
     data: PathBuf,
-    /// Where the tables are: `embedded`, a catalog in --data, or `rest`, an
-    /// Iceberg REST catalog shared by any number of nodes, the blobs then
-    /// in object storage under --warehouse (S3 credentials from the usual
-    /// AWS_* environment variables).
-    #[arg(long, env = "ZNIPPY_CATALOG", value_enum, default_value = "embedded")]
-    catalog: CatalogKind,
-    /// The REST catalog's URL.
-    #[arg(long, env = "ZNIPPY_CATALOG_URI", required_if_eq("catalog", "rest"))]
-    catalog_uri: Option<String>,
-    /// The REST catalog's OAuth2 client credentials, ID:SECRET.
-    #[arg(long, env = "ZNIPPY_CATALOG_CREDENTIAL", hide_env_values = true)]
-    catalog_credential: Option<String>,
-    /// The REST catalog's warehouse, if not --warehouse: a location, or a
-    /// table bucket's name.
-    #[arg(long, env = "ZNIPPY_CATALOG_WAREHOUSE")]
-    catalog_warehouse: Option<String>,
-    /// Where the blobs go with --catalog rest: s3://BUCKET/PREFIX.
-    #[arg(long, env = "ZNIPPY_WAREHOUSE", required_if_eq("catalog", "rest"))]
-    warehouse: Option<String>,
-    /// An S3 endpoint other than AWS's, e.g. http://127.0.0.1:8333.
-    #[arg(long, env = "ZNIPPY_S3_ENDPOINT")]
-    s3_endpoint: Option<String>,
+    #[command(flatten)]
+    remote: RemoteArgs,
     /// Address to listen on. Beyond loopback a token is required, unless
     /// --insecure-open.
     #[arg(long, env = "ZNIPPY_LISTEN", default_value = "127.0.0.1:7878")]
@@ -82,15 +62,42 @@ pub struct ServeArgs {
     log: String,
 }
 
+/// Where the archives are, when not in a data directory.
+#[derive(Args)]
+pub struct RemoteArgs {
+    /// Where the tables are: `embedded`, a catalog in --data, or `rest`, an
+    /// Iceberg REST catalog shared by any number of nodes, the blobs then
+    /// in object storage under --warehouse (S3 credentials from the usual
+    /// AWS_* environment variables).
+    #[arg(long, env = "ZNIPPY_CATALOG", value_enum, default_value = "embedded")]
+    catalog: CatalogKind,
+    /// The REST catalog's URL.
+    #[arg(long, env = "ZNIPPY_CATALOG_URI", required_if_eq("catalog", "rest"))]
+    catalog_uri: Option<String>,
+    /// The REST catalog's OAuth2 client credentials, ID:SECRET.
+    #[arg(long, env = "ZNIPPY_CATALOG_CREDENTIAL", hide_env_values = true)]
+    catalog_credential: Option<String>,
+    /// The REST catalog's warehouse, if not --warehouse: a location, or a
+    /// table bucket's name.
+    #[arg(long, env = "ZNIPPY_CATALOG_WAREHOUSE")]
+    catalog_warehouse: Option<String>,
+    /// Where the blobs go with --catalog rest: s3://BUCKET/PREFIX.
+    #[arg(long, env = "ZNIPPY_WAREHOUSE", required_if_eq("catalog", "rest"))]
+    warehouse: Option<String>,
+    /// An S3 endpoint other than AWS's, e.g. http://127.0.0.1:8333.
+    #[arg(long, env = "ZNIPPY_S3_ENDPOINT")]
+    s3_endpoint: Option<String>,
+}
+
 #[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 enum CatalogKind {
     Embedded,
     Rest,
 }
 
-impl ServeArgs {
+impl RemoteArgs {
     /// The scaled-out deployment, with `--catalog rest`.
-    fn remote(&self) -> Result<Option<RemoteConfig>> {
+    pub fn remote(&self) -> Result<Option<RemoteConfig>> {
         if self.catalog == CatalogKind::Embedded {
             let rest_only = [
                 ("--catalog-uri", self.catalog_uri.is_some()),
@@ -128,7 +135,7 @@ pub fn run(args: ServeArgs) -> Result<()> {
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
     let threads = args.threads.unwrap_or(Config::default().threads).max(1);
-    let remote = args.remote()?;
+    let remote = args.remote.remote()?;
     let config = Config {
         remote,
         data: args.data,
