@@ -5,16 +5,16 @@ appends, a replacement and a delete.
 Run: ZNIPPY_BIN=target/debug/znippy python -m pytest -q tests/python
 """
 
-import importlib.util
 import os
 import random
 import re
 import subprocess
 from pathlib import Path
 
-import duckdb
 import pytest
 from pyiceberg.table import StaticTable
+
+from service import duckdb_connection
 
 REPO = Path(__file__).resolve().parents[2]
 ZNIPPY = os.environ.get("ZNIPPY_BIN", str(REPO / "target" / "debug" / "znippy"))
@@ -138,16 +138,7 @@ def duckdb_meta(con, store):
 
 @pytest.fixture(scope="module")
 def con():
-    spec = importlib.util.find_spec("duckdb_ext")  # namespace package of the wheels
-    ext_dir = Path(list(spec.submodule_search_locations)[0]) / "extensions"
-    con = duckdb.connect(config={
-        "extension_directory": str(ext_dir),
-        "autoinstall_known_extensions": False,
-        "autoload_known_extensions": False,
-    })
-    for ext in ("parquet", "avro", "httpfs", "iceberg"):
-        con.execute(f"LOAD {ext}")
-    return con
+    return duckdb_connection()
 
 
 def check_readers(con, store):
