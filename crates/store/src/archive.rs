@@ -714,6 +714,10 @@ impl LiveArchive {
         let meta_committed = meta_committed.map_err(Arc::new);
         let commit_time = group.started.elapsed();
         if !folded {
+            let segments = group.file_rows.iter().filter_map(|r| r.segment.clone());
+            if let Err(e) = self.blobs.commit_segments(segments, group.end) {
+                tracing::warn!("{}: the segments of a commit: {e}", self.id);
+            }
             self.blob_end = group.end;
             self.snapshot_id = Some(snapshot_id);
         }
@@ -1249,7 +1253,10 @@ async fn commit_pending_meta(
     let meta_table = catalog.load_table(meta_ident).await?;
     let committed = commit_meta(catalog, &meta_table, pending, seq).await?;
     failpoint("store.meta-committed");
-    Ok(maintenance::due(committed.metadata()))
+    Ok(maintenance::due(
+        committed.metadata(),
+        catalog.redb().is_some(),
+    ))
 }
 
 fn is_dir(mode: Option<u32>) -> bool {
@@ -1312,7 +1319,7 @@ async fn commit_files(
     })?;
     Ok(Committed {
         snapshot_id: snapshot.snapshot_id(),
-        maintenance_due: maintenance::due(committed.metadata()),
+        maintenance_due: maintenance::due(committed.metadata(), catalog.redb().is_some()),
     })
 }
 

@@ -339,16 +339,19 @@ impl Slot {
                     }
                 }
                 committed => {
-                    let folded = committed.is_ok();
-                    if folded {
-                        if let Err(e) = state.refresh(catalog).await {
-                            // Committed, so acknowledged; the next read
-                            // catches up again.
-                            tracing::warn!("catching up after a commit: {e}");
+                    let mut folded = false;
+                    if committed.is_ok() {
+                        match state.refresh(catalog).await {
+                            Ok(()) => folded = true,
+                            // Committed, so acknowledged: the group is folded
+                            // in by hand (it directly follows the snapshot
+                            // the state knows), and the next read catches up.
+                            Err(e) => tracing::warn!("catching up after a commit: {e}"),
                         }
                     }
+                    let due = matches!(&committed, Ok((c, _)) if c.maintenance_due);
                     state.apply_group(group, committed, folded);
-                    return false;
+                    return due;
                 }
             }
         }
@@ -366,13 +369,28 @@ impl Slot {
     /// committed, so a failure there is not its failure: a later change
     /// starts it again.
     fn maintain(self: &Arc<Self>, catalog: &Backend, changes: &TaskTracker) {
-        // Another catalog's tables are its owner's to maintain.
-        let Some(catalog) = catalog.redb().cloned() else {
-            return;
-        };
         let Ok(running) = Arc::clone(&self.maintenance).try_lock_owned() else {
             return;
         };
+        let Some(redb) = catalog.redb().cloned() else {
+            // A shared catalog's rewrites are its owner's to run; expiry
+            // keeps the metadata every node loads small.
+            let (slot, catalog) = (Arc::clone(self), catalog.clone());
+            changes.spawn(async move {
+                let _running = running;
+                let idents = {
+                    let s = slot.state.lock().await;
+                    [s.files_ident.clone(), s.meta_ident.clone()]
+                };
+                for ident in &idents {
+                    if let Err(e) = maintenance::expire_shared(catalog.catalog(), ident).await {
+                        tracing::warn!("expiring snapshots of {ident} failed: {e}");
+                    }
+                }
+            });
+            return;
+        };
+        let catalog = redb;
         let slot = Arc::clone(self);
         changes.spawn(async move {
             let _running = running;

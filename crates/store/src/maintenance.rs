@@ -33,6 +33,7 @@ use iceberg::spec::{
     ManifestWriterBuilder, Operation, Snapshot, Summary, TableMetadata, MAIN_BRANCH,
 };
 use iceberg::table::Table;
+use iceberg::transaction::{ApplyTransactionAction, Transaction};
 use iceberg::{Catalog, Error, ErrorKind, TableIdent};
 use tokio::sync::Mutex;
 
@@ -58,9 +59,32 @@ pub(crate) fn data_files(metadata: &TableMetadata) -> u64 {
         .unwrap_or(0)
 }
 
-/// Whether a table is due for a rewrite or an expiry.
-pub(crate) fn due(metadata: &TableMetadata) -> bool {
-    data_files(metadata) > REWRITE_AT || metadata.snapshots().count() > EXPIRE_AT
+/// Whether a table is due for a rewrite or an expiry; on a shared catalog
+/// (`embedded` false), where the store only expires, for an expiry.
+pub(crate) fn due(metadata: &TableMetadata, embedded: bool) -> bool {
+    let rewrite = embedded && data_files(metadata) > REWRITE_AT;
+    rewrite || metadata.snapshots().count() > EXPIRE_AT
+}
+
+/// Expires all but the newest [`KEEP_SNAPSHOTS`] snapshots of `ident` on a
+/// shared catalog, once it holds more than [`EXPIRE_AT`], through
+/// iceberg-rust's own expiry: a metadata change only, which keeps each
+/// `loadTable` (that every read and append of every node makes) small. The
+/// files only the expired snapshots reached (their manifest lists) stay,
+/// for the catalog owner's orphan-file cleanup; no data file is among them,
+/// as every append's snapshot names all the files before it.
+pub(crate) async fn expire_shared(catalog: &dyn Catalog, ident: &TableIdent) -> Result<()> {
+    let table = catalog.load_table(ident).await?;
+    if table.metadata().snapshots().count() <= EXPIRE_AT {
+        return Ok(());
+    }
+    let tx = Transaction::new(&table);
+    let action = tx
+        .expire_snapshots()
+        .expire_older_than_ms(i64::MAX)
+        .retain_last(KEEP_SNAPSHOTS);
+    action.apply(tx)?.commit(catalog).await?;
+    Ok(())
 }
 
 /// Runs what is due on `ident`. `commit` is the archive's commit lock, held
