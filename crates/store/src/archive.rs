@@ -1205,13 +1205,8 @@ async fn commit_change(
     meta_rows: &[MetaLogRow],
     new_end: u64,
 ) -> Result<(Committed, Vec<DataFile>)> {
-    let files = catalog.load_table(idents.0).await?;
-    // On a shared catalog another node may have committed since the change
-    // was built; the embedded one has no other writer (its own rewrites
-    // commit under the same lock), and they move the snapshot on purpose.
-    if catalog.redb().is_none() && files.metadata().current_snapshot_id() != base {
-        return Err(StoreError::Iceberg(moved(idents.0)));
-    }
+    let mut files = catalog.load_table(idents.0).await?;
+    let shared = catalog.redb().is_none();
     let mut props = HashMap::from([
         (BLOB_END_KEY.to_string(), new_end.to_string()),
         (APPEND_SEQ_KEY.to_string(), seq.to_string()),
@@ -1236,6 +1231,18 @@ async fn commit_change(
         tables::write_data_file(&files, tables::files_batch(&files, file_rows)?).await?
     };
     failpoint("store.files-file-written");
+    if shared {
+        // Another node may have committed since the change was built (the
+        // embedded catalog has no other writer; its own rewrites commit
+        // under the same lock, and move the snapshot on purpose). The table
+        // the commit is pinned to is loaded last, after the data files are
+        // written, so that the window another node's commit can fall into
+        // is one round trip, not the whole write.
+        files = catalog.load_table(idents.0).await?;
+        if files.metadata().current_snapshot_id() != base {
+            return Err(StoreError::Iceberg(moved(idents.0)));
+        }
+    }
     let committed = commit_files(catalog, &files, data, props).await?;
     failpoint("store.files-committed");
     Ok((committed, pending))

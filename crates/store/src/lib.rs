@@ -112,7 +112,17 @@ const P_SEALED_LEN: &str = "znippy.sealed_len";
 
 /// Commit races a change may lose to other nodes before it gives up with
 /// the conflict.
-const COMMIT_RACES: usize = 16;
+const COMMIT_RACES: u32 = 32;
+
+/// How long a change waits after losing its `lost`th commit race: a random
+/// time up to 2^lost ms, at most 8 ms (a longer wait only lets the node that
+/// keeps winning commit again).
+fn backoff(lost: u32) -> std::time::Duration {
+    // The random bits of a UUID v7, which the store makes anyway.
+    let random = uuid::Uuid::now_v7().as_u128() as u64;
+    let cap = 1u64 << lost.min(3);
+    std::time::Duration::from_micros(random % (cap * 1000))
+}
 
 /// Previous metadata files a table's log names (and expiry keeps on disk).
 const METADATA_VERSIONS_KEPT: usize = 20;
@@ -329,6 +339,10 @@ impl Slot {
                 Err(StoreError::Iceberg(e)) if pinned::is_conflict(&e) && lost < COMMIT_RACES => {
                     lost += 1;
                     state.requeue(group);
+                    drop(state);
+                    // Nodes that lose in lockstep would lose again together.
+                    tokio::time::sleep(backoff(lost)).await;
+                    let mut state = self.state.lock().await;
                     if let Err(e) = state.refresh(catalog).await {
                         // The queue fails with it, as with any failed commit.
                         let Some(group) = state.take_group() else {
@@ -785,6 +799,8 @@ impl Store {
                         if shared && pinned::is_conflict(&e) && lost < COMMIT_RACES =>
                     {
                         lost += 1;
+                        drop(state);
+                        tokio::time::sleep(backoff(lost)).await;
                     }
                     r => break r?,
                 }
