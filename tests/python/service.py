@@ -27,7 +27,8 @@ STOP_TIMEOUT = 120
 HTTP_TIMEOUT = 300
 
 # docs/store.md's queries for the live files and the live metadata, with
-# iceberg_scan('<table dir>') replaced by the table of the attached catalog.
+# the table to read as `{files}` / `{meta}`: iceberg_scan('<table dir>'), or a
+# table of an attached catalog.
 LIVE_FILES_SQL = """
 SELECT relative_path, sum(uncompressed_size)::BIGINT AS size
 FROM (

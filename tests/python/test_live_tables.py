@@ -14,34 +14,11 @@ from pathlib import Path
 import pytest
 from pyiceberg.table import StaticTable
 
-from service import duckdb_connection
+from service import LIVE_FILES_SQL, LIVE_META_SQL, duckdb_connection
 
 REPO = Path(__file__).resolve().parents[2]
 ZNIPPY = os.environ.get("ZNIPPY_BIN", str(REPO / "target" / "debug" / "znippy"))
 ID = "t1"
-
-# One row per live path with its size: per path, the rows of the latest append
-# win; a path whose latest append is a tombstone is deleted.
-LIVE_FILES_SQL = """
-SELECT relative_path, sum(uncompressed_size)::BIGINT AS size
-FROM (
-    SELECT * FROM iceberg_scan('{files}')
-    QUALIFY append_seq = max(append_seq) OVER (PARTITION BY relative_path)
-)
-GROUP BY relative_path
-HAVING NOT bool_or(tombstone)
-ORDER BY relative_path
-"""
-
-# The current metadata: per (key, path) the latest append wins, tombstones
-# excluded; relative_path NULL is about the archive itself.
-LIVE_META_SQL = """
-SELECT relative_path, key, value_type, v_str, v_i64, v_f64, v_bool, v_bytes
-FROM iceberg_scan('{meta}')
-QUALIFY append_seq = max(append_seq) OVER (PARTITION BY key, relative_path)
-    AND NOT tombstone
-ORDER BY key, relative_path NULLS FIRST
-"""
 
 BIG = "data/big.bin"
 BATCH1 = {
@@ -122,13 +99,14 @@ def pyiceberg_live(store):
 
 
 def duckdb_live(con, store):
-    sql = LIVE_FILES_SQL.format(files=table_dir(store, "files"))
+    # docs/store.md's query, on the table directory.
+    sql = LIVE_FILES_SQL.format(files=f"iceberg_scan('{table_dir(store, 'files')}')")
     return dict(con.execute(sql).fetchall())
 
 
 def duckdb_meta(con, store):
     rows = set()
-    sql = LIVE_META_SQL.format(meta=table_dir(store, "meta"))
+    sql = LIVE_META_SQL.format(meta=f"iceberg_scan('{table_dir(store, 'meta')}')")
     for path, key, vt, *values in con.execute(sql).fetchall():
         value = values[vt]
         text = str(value).lower() if vt == 3 else str(value)

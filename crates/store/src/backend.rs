@@ -105,7 +105,7 @@ impl Backend {
     /// Where archive `id`'s sidecar is, in a data directory.
     pub fn sidecar_path(&self, id: &str) -> Option<PathBuf> {
         match &self.home {
-            BlobHome::Local(dir) => Some(dir.join(format!("{id}.znippy"))),
+            BlobHome::Local(dir) => Some(sidecar_file(dir, id)),
             BlobHome::Objects { .. } => None,
         }
     }
@@ -119,9 +119,7 @@ impl Backend {
         segments: impl IntoIterator<Item = SegmentRef>,
     ) -> Result<Blobs> {
         Ok(match &self.home {
-            BlobHome::Local(dir) => {
-                Blobs::Sidecar(Sidecar::open(&dir.join(format!("{id}.znippy")), end)?)
-            }
+            BlobHome::Local(dir) => Blobs::Sidecar(Sidecar::open(&sidecar_file(dir, id), end)?),
             BlobHome::Objects {
                 store,
                 prefix,
@@ -135,4 +133,9 @@ impl Backend {
             )?),
         })
     }
+}
+
+/// Archive `id`'s sidecar in the blob directory `dir`.
+fn sidecar_file(dir: &std::path::Path, id: &str) -> PathBuf {
+    dir.join(format!("{id}.znippy"))
 }

@@ -381,47 +381,21 @@ mod tests {
     async fn tables_on_seaweedfs_commit_through_its_rest_catalog() {
         use iceberg::spec::{NestedField, PrimitiveType, Schema, Type};
         use iceberg::transaction::{ApplyTransactionAction, Transaction};
-        use iceberg::{Catalog, CatalogBuilder, NamespaceIdent, TableCreation};
-        use iceberg_catalog_rest::RestCatalogBuilder;
-        use object_store::aws::{AmazonS3Builder, S3ConditionalPut};
+        use iceberg::{NamespaceIdent, TableCreation};
         use znippy_testkit::seaweed::{self, Seaweed};
+
+        use crate::remote::RemoteConfig;
 
         let Some(server) = Seaweed::start() else {
             return;
         };
-        let s3 = AmazonS3Builder::new()
-            .with_endpoint(&server.s3)
-            .with_allow_http(true)
-            .with_virtual_hosted_style_request(false)
-            .with_region("us-east-1")
-            .with_bucket_name(seaweed::TABLE_BUCKET)
-            .with_access_key_id(seaweed::KEY_ID)
-            .with_secret_access_key(seaweed::SECRET)
-            .with_conditional_put(S3ConditionalPut::ETagMatch)
-            .build()
-            .unwrap();
-        let s3 = Arc::new(s3);
+        // The catalog as `znippy serve --catalog rest` connects to it, and a
+        // client of its table bucket configured the same way.
+        let config = RemoteConfig::for_seaweed(&server);
+        let s3 = config.bucket(seaweed::TABLE_BUCKET).unwrap();
         let root = format!("s3://{}", seaweed::TABLE_BUCKET);
         let storage = ObjectStorage::new(&root, s3.clone());
-        let props = [
-            ("uri", server.catalog.as_str()),
-            ("warehouse", seaweed::TABLE_BUCKET),
-            (
-                "credential",
-                &format!("{}:{}", seaweed::KEY_ID, seaweed::SECRET),
-            ),
-        ];
-        let catalog = RestCatalogBuilder::default()
-            .with_storage_factory(Arc::new(ObjectStorageFactory::new(storage.clone())))
-            .load(
-                "seaweed",
-                props
-                    .iter()
-                    .map(|(k, v)| (k.to_string(), v.to_string()))
-                    .collect(),
-            )
-            .await
-            .unwrap();
+        let catalog = config.connect().await.unwrap().catalog;
 
         let ns = NamespaceIdent::new("z".into());
         catalog
@@ -452,7 +426,7 @@ mod tests {
             let files = crate::tables::write_data_file(handle, batch).await.unwrap();
             let tx = Transaction::new(handle);
             let action = tx.fast_append().add_data_files(files);
-            action.apply(tx).unwrap().commit(&catalog).await.unwrap();
+            action.apply(tx).unwrap().commit(&*catalog).await.unwrap();
         }
 
         let table = catalog.load_table(table.identifier()).await.unwrap();

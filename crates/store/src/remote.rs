@@ -84,7 +84,7 @@ fn parse_s3(url: &str) -> Result<(&str, Path)> {
 impl RemoteConfig {
     /// A client of `bucket`, with writes conditional on an object's ETag
     /// (or its absence), which the segments and the catalog's files rely on.
-    fn bucket(&self, bucket: &str) -> Result<Arc<dyn ObjectStore>> {
+    pub(crate) fn bucket(&self, bucket: &str) -> Result<Arc<dyn ObjectStore>> {
         let mut b = AmazonS3Builder::from_env()
             .with_bucket_name(bucket)
             .with_conditional_put(S3ConditionalPut::ETagMatch);
@@ -130,6 +130,23 @@ impl RemoteConfig {
             blobs: self.bucket(blob_bucket)?,
             prefix,
         })
+    }
+}
+
+#[cfg(test)]
+impl RemoteConfig {
+    /// A test SeaweedFS: the tables in its catalog and table bucket, the
+    /// blobs in its plain bucket.
+    pub(crate) fn for_seaweed(server: &znippy_testkit::seaweed::Seaweed) -> Self {
+        use znippy_testkit::seaweed;
+        RemoteConfig {
+            catalog_uri: server.catalog.clone(),
+            catalog_credential: Some(format!("{}:{}", seaweed::KEY_ID, seaweed::SECRET)),
+            catalog_warehouse: Some(seaweed::TABLE_BUCKET.into()),
+            warehouse: format!("s3://{}/znippy", seaweed::BUCKET),
+            s3_endpoint: Some(server.s3.clone()),
+            s3_credentials: Some((seaweed::KEY_ID.into(), seaweed::SECRET.into())),
+        }
     }
 }
 

@@ -17,11 +17,11 @@
 //! (most appends) is one PUT, conditional on the key being new. A larger one
 //! becomes a multipart upload of `PART`-sized parts, at most
 //! [`PARTS_IN_FLIGHT`] of them uploading while the next fills, so an append
-//! of any size holds at most `(PARTS_IN_FLIGHT + 1) * PART` bytes (law 4).
-//! The object appears only when the write completes, whole; a writer that
-//! fails or is dropped unfinished aborts its upload, and what a crash leaves
-//! (an uncompleted upload, or a segment no commit names) is garbage that no
-//! row points into.
+//! of any size holds at most `(PARTS_IN_FLIGHT + 1) * PART` bytes (bounded
+//! memory, rule 4 of docs/architecture.md). The object appears only when
+//! the write completes, whole; a writer that fails or is dropped unfinished
+//! aborts its upload, and what a crash leaves (an uncompleted upload, or a
+//! segment no commit names) is garbage that no row points into.
 //!
 //! Both the writer and the map's reads block on the async object store
 //! client (`ReadAt` and `Write` are blocking interfaces, as the format's
@@ -684,25 +684,16 @@ mod tests {
     /// The same on a real S3 server (SeaweedFS), in a plain bucket.
     #[test]
     fn segments_on_seaweedfs() {
-        use object_store::aws::{AmazonS3Builder, S3ConditionalPut};
         use znippy_testkit::seaweed::{self, Seaweed};
+
+        use crate::remote::RemoteConfig;
 
         let Some(server) = Seaweed::start() else {
             return;
         };
         let rt = runtime();
-        let s3 = AmazonS3Builder::new()
-            .with_endpoint(&server.s3)
-            .with_allow_http(true)
-            .with_virtual_hosted_style_request(false)
-            .with_region("us-east-1")
-            .with_bucket_name(seaweed::BUCKET)
-            .with_access_key_id(seaweed::KEY_ID)
-            .with_secret_access_key(seaweed::SECRET)
-            .with_conditional_put(S3ConditionalPut::ETagMatch)
-            .build()
-            .unwrap();
-        let store: Arc<dyn ObjectStore> = Arc::new(s3);
+        let config = RemoteConfig::for_seaweed(&server);
+        let store = config.bucket(seaweed::BUCKET).unwrap();
         two_appends_read_back(store.clone(), &rt);
         a_segment_appears_whole_or_not_at_all(store.clone(), &rt);
         a_small_segment_never_overwrites(store, &rt);
