@@ -159,6 +159,10 @@ class Znippy:
         assert status == 200, (status, data)
         return data
 
+    def seal(self):
+        status, data = self.request("POST", "/archives/bench/seal")
+        assert status == 200, (status, data)
+
     def batch(self, files):
         boundary = uuid.uuid4().hex
         parts = []

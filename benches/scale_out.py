@@ -9,8 +9,10 @@ multipart batches of 1,000 files: the embedded default (redb catalog, local
 sidecar), `znippy serve --catalog rest` on SeaweedFS's Iceberg REST catalog
 and S3 API, and two such nodes serving one archive, each client talking to
 one node (client i to node i % 2) and every GET going to the node that did
-not take the PUT. Prints a Markdown table with the ratios to the embedded
-default.
+not take the PUT. Then GET latency of live files, the seal (in place on
+the embedded default; on SeaweedFS a re-pack into one new object), and GET
+latency of the same files sealed. Prints a Markdown table with the ratios to
+the embedded default.
 
 Knobs as in benches/ingest.py (ZNIPPY, BENCH_DIR, BENCH_FILES, BENCH_BIG_MB).
 Every server and file it starts or writes is removed at the end.
@@ -18,13 +20,14 @@ Every server and file it starts or writes is removed at the end.
 
 import itertools
 import os
+import random
 import shutil
 import sys
 import threading
 import time
 
 import ingest
-from ingest import (FILES, ROWS, ZNIPPY, Seaweed, Znippy, advantage, log, measure,
+from ingest import (FILES, ROWS, ZNIPPY, Seaweed, Znippy, advantage, log, measure, pct,
                     tools_venv)
 
 BATCH = 1000
@@ -55,6 +58,9 @@ class Nodes:
     def batch(self, files):
         self.nodes[self.mine()].batch(files)
 
+    def seal(self):
+        self.nodes[self.mine()].seal()
+
 
 def thousand_file_batches(server, seed):
     """Files per second in multipart batches of BATCH files, one client."""
@@ -65,9 +71,27 @@ def thousand_file_batches(server, seed):
     return len(files) / (time.perf_counter() - t)
 
 
+def get_latency(server, names):
+    """GET p50 and p99 (ms) of `names`, one client, in a shuffled order."""
+    lat = []
+    for name in random.Random(5).sample(names, len(names)):
+        t = time.perf_counter()
+        server.get(name)
+        lat.append(time.perf_counter() - t)
+    return pct(lat, 50) * 1e3, pct(lat, 99) * 1e3
+
+
 def run(server, seed):
     r = measure(server, seed)
     r["batch_1000"] = thousand_file_batches(server, seed + 10)
+    # The files of the first phase, live, then sealed: the archive holds
+    # everything measure() and the batches wrote, the large PUT included.
+    names = [n for n, _ in ingest.payloads(FILES, seed)]
+    r["live_p50"], r["live_p99"] = get_latency(server, names)
+    t = time.perf_counter()
+    server.seal()
+    r["seal"] = time.perf_counter() - t
+    r["sealed_p50"], r["sealed_p99"] = get_latency(server, names)
     return r
 
 
@@ -107,7 +131,13 @@ def main():
     finally:
         shutil.rmtree(work, ignore_errors=True)
     e, one, two = results["e"], results["1"], results["2"]
-    rows = ROWS[:4] + [(f"multipart batches of {BATCH}, files/s", "batch_1000", True)] + ROWS[4:]
+    rows = ROWS[:4] + [(f"multipart batches of {BATCH}, files/s", "batch_1000", True)] + ROWS[4:] + [
+        ("1 client, GET p50 of a live file (ms)", "live_p50", False),
+        ("1 client, GET p99 of a live file (ms)", "live_p99", False),
+        ("seal (s)", "seal", False),
+        ("1 client, GET p50 of a sealed file (ms)", "sealed_p50", False),
+        ("1 client, GET p99 of a sealed file (ms)", "sealed_p99", False),
+    ]
     print(f"{FILES} files of 1-4 KB per phase, one archive, loopback, SeaweedFS `weed mini`.")
     print("Ratio: each column against the embedded default (above 1: better).\n")
     print("| | embedded | 1 node on SeaweedFS | ratio | 2 nodes on SeaweedFS | ratio |")

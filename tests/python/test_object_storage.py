@@ -5,7 +5,8 @@ docs/store.md's latest-wins queries while appends go on: every append
 acknowledged before a query started is in its answer, nothing that was never
 sent is, and once the writer stops both agree with the service's listing.
 The service's own read-only /iceberg/v1 facade shows the same tables, and
-every file reads back through the service byte for byte.
+every file reads back through the service byte for byte. A seal publishes one
+object that every node serves, or redirects to with --presign.
 
 Faults: with SeaweedFS down every request fails with a 503
 `storage_unavailable` JSON error (never a 500, never a corrupt table) and
@@ -19,8 +20,10 @@ Run: ZNIPPY_BIN=target/debug/znippy python -m pytest -q tests/python/test_object
 import hashlib
 import http.client
 import random
+import subprocess
 import threading
 import urllib.parse
+import urllib.request
 
 import pyarrow.fs
 
@@ -28,6 +31,7 @@ import pytest
 from pyiceberg.catalog.rest import RestCatalog
 
 import seaweed
+from binary import znippy_bin
 from service import (HTTP_TIMEOUT, LIVE_FILES_SQL, LIVE_META_SQL, duckdb_connection, meta_fact,
                      py_live, py_meta, serving)
 
@@ -124,9 +128,9 @@ def test_shared_catalog_readers_follow_appends(stack):
     assert files.metadata_location.startswith(f"s3://{seaweed.TABLE_BUCKET}/")
     assert py_live(files) == sizes
 
-    # Sealing on object storage is not there yet, and says so.
-    r = node.request("POST", f"/archives/{ARCHIVE}/seal")
-    assert r.status == 501 and r.json()["error"]["code"] == "unsupported", r
+    # The seal's snapshot adds no rows: outside readers see the same files.
+    assert node.ok("POST", f"/archives/{ARCHIVE}/seal")["in_place"] is False
+    assert py_live(catalog.load_table(("znippy", ARCHIVE, "files"))) == sizes
 
 
 def segment_objects(sw, archive_id):
@@ -204,3 +208,62 @@ def test_a_killed_node_loses_nothing_acknowledged(tmp_path):
             assert set(b.listing("k")) == set(acked) | {"after"}
             assert segment_objects(sw, "k") == named_segments(sw, "k"), \
                 "the killed upload left an object behind"
+
+
+def test_a_sealed_archive_downloads_through_any_node(tmp_path):
+    """Sealed on node A, the archive is one object in the bucket: node A
+    serves it (ranges too), node B with --presign redirects GET and HEAD to
+    a presigned URL of that object, the bytes are the same, and the CLI
+    reads the download as an ordinary archive."""
+    with seaweed.seaweed(tmp_path) as sw:
+        (tmp_path / "a").mkdir()
+        (tmp_path / "b").mkdir()
+        with serving(sw.znippy_args(), tmp_path / "a" / "serve.log", env=sw.env()) as a, \
+                serving(sw.znippy_args() + ["--presign"], tmp_path / "b" / "serve.log",
+                        env=sw.env()) as b:
+            a.create("s")
+            sent = batch(2)
+            a.post_multipart("s", {p: d for p, d in sent.items() if p.endswith(".txt")})
+            b.put("s", "b2/big.bin", sent["b2/big.bin"])
+            a.delete("s", "b2/f3.txt")
+            del sent["b2/f3.txt"]
+            receipt = a.ok("POST", "/archives/s/seal")
+            again = b.ok("POST", "/archives/s/seal")
+            same = ("size", "identity", "download")
+            assert {k: again[k] for k in same} == {k: receipt[k] for k in same}, "sealed once"
+            assert receipt["in_place"] is False
+
+            whole = a.request("GET", "/archives/s/archive.znippy")
+            assert whole.status == 200 and len(whole.body) == receipt["size"], whole
+            part = a.request("GET", "/archives/s/archive.znippy", headers={"Range": "bytes=-64"})
+            assert part.status == 206 and part.body == whole.body[-64:], part
+
+            url = urllib.parse.urlsplit(b.base)
+            for method in ("GET", "HEAD"):
+                conn = http.client.HTTPConnection(url.hostname, url.port, timeout=HTTP_TIMEOUT)
+                conn.request(method, "/archives/s/archive.znippy")
+                r = conn.getresponse()
+                r.read()
+                conn.close()
+                assert r.status == 307, (method, r.status, b.logs())
+                location = r.getheader("Location")
+                assert location.startswith(sw.s3 + "/"), location
+                with urllib.request.urlopen(urllib.request.Request(location, method=method),
+                                            timeout=HTTP_TIMEOUT) as direct:
+                    body = direct.read()
+                    assert int(direct.headers["Content-Length"]) == receipt["size"]
+                if method == "GET":
+                    assert hashlib.sha256(body).digest() == hashlib.sha256(whole.body).digest()
+
+            r = b.request("PUT", "/archives/s/files/late.txt", b"late",
+                          {"Content-Type": "application/octet-stream"})
+            assert r.status == 409 and r.json()["error"]["code"] == "sealed", r
+            for path, data in sent.items():
+                assert b.request("GET", f"/archives/s/files/{path}").body == data, path
+
+    downloaded = tmp_path / "s.znippy"
+    downloaded.write_bytes(whole.body)
+    listed = subprocess.run([znippy_bin(), "list", str(downloaded)], check=True,
+                            capture_output=True, text=True).stdout.split()
+    assert sorted(listed) == sorted(sent)
+    subprocess.run([znippy_bin(), "verify", str(downloaded)], check=True, capture_output=True)

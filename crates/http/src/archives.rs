@@ -2,7 +2,7 @@
 
 use axum::body::Body;
 use axum::extract::State;
-use axum::http::{HeaderMap, Method, StatusCode};
+use axum::http::{header, HeaderMap, Method, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde::{Deserialize, Serialize};
@@ -281,7 +281,8 @@ fn blake3_hex(h: &[u8; 32]) -> String {
 /// Download the sealed archive (Range, ETag)
 ///
 /// The sealed .znippy (409 not_sealed while the archive is live). ETag:
-/// "<id>-<snapshot>-<length>".
+/// "<id>-<snapshot>-<length>". A service started with --presign on object storage
+/// answers 307 instead, to a presigned URL of the sealed object (valid 15 minutes).
 #[utoipa::path(
     get, path = "/archives/{id}/archive.znippy", tag = "archives",
     operation_id = "downloadArchive",
@@ -290,6 +291,8 @@ fn blake3_hex(h: &[u8; 32]) -> String {
     responses(
         (status = 200, response = openapi::WholeBody),
         (status = 206, response = openapi::PartialBody),
+        (status = 307, description = "With --presign on object storage: the sealed object's \
+            presigned URL, in Location."),
         (status = 304, response = openapi::NotModified),
         (status = 400, response = openapi::BadId),
         (status = 401, response = openapi::Unauthorized),
@@ -307,6 +310,15 @@ pub(crate) async fn download(
     method: Method,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
+    if app.config.presign {
+        let url = app
+            .store
+            .presigned_sealed(&id, method.clone(), crate::PRESIGN_EXPIRY)
+            .await?;
+        if let Some(url) = url {
+            return Ok((StatusCode::TEMPORARY_REDIRECT, [(header::LOCATION, url)]).into_response());
+        }
+    }
     let Some(sealed) = app.store.open_sealed(&id).await? else {
         return Err(ApiError::new(
             StatusCode::CONFLICT,
@@ -318,13 +330,13 @@ pub(crate) async fn download(
     // and re-created archive sealed to the same length still gets a new tag.
     let snapshot = sealed.snapshot_id.unwrap_or_default();
     let etag = format!("{id}-{snapshot:x}-{}", sealed.len);
-    let file = sealed.file;
+    let source = sealed.source;
     let src = Ranged {
         len: sealed.len,
         etag,
         content_type: "application/octet-stream",
         read: Box::new(move |range, out| {
-            ranged::copy_range(&file, range, out)
+            ranged::copy_range(&*source, range, out)
                 .map_err(|e| ApiError::internal(format!("reading the sealed archive: {e}")))
         }),
     };
@@ -342,6 +354,8 @@ pub(crate) async fn download(
     responses(
         (status = 200, response = openapi::WholeHeaders),
         (status = 206, response = openapi::PartialHeaders),
+        (status = 307, description = "With --presign on object storage: the sealed object's \
+            presigned URL, in Location."),
         (status = 304, response = openapi::NotModified),
         (status = 400, response = openapi::BadId),
         (status = 401, response = openapi::Unauthorized),

@@ -82,6 +82,10 @@ pub struct Config {
     pub token: Option<String>,
     /// Whether reads need the token too.
     pub private_reads: bool,
+    /// On object storage, answer a download of a sealed archive with a
+    /// redirect to a presigned URL (valid [`PRESIGN_EXPIRY`]), so its bytes
+    /// bypass the node.
+    pub presign: bool,
     /// Allow listening beyond loopback without a token.
     pub insecure_open: bool,
     /// Largest request body accepted, in bytes.
@@ -103,6 +107,9 @@ pub struct Config {
     pub shutdown_grace: Duration,
 }
 
+/// How long a presigned download URL ([`Config::presign`]) stays valid.
+pub const PRESIGN_EXPIRY: Duration = Duration::from_secs(15 * 60);
+
 /// The default for [`Config::header_timeout`] and [`Config::body_timeout`].
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);
 /// The default for [`Config::shutdown_grace`]: below the 30 s a container
@@ -118,6 +125,7 @@ impl Default for Config {
             listen: SocketAddr::from(([127, 0, 0, 1], 7878)),
             token: None,
             private_reads: false,
+            presign: false,
             insecure_open: false,
             max_body: DEFAULT_MAX_BODY,
             threads,

@@ -8,7 +8,7 @@
 
 use std::io::{self, Write};
 use std::ops::Range;
-use std::os::unix::fs::FileExt;
+use znippy_format::ReadAt;
 
 use axum::body::Body;
 use axum::http::{header, HeaderMap, HeaderValue, Method, StatusCode};
@@ -234,7 +234,7 @@ impl Write for ChannelWriter {
 
 /// Copies bytes `range` of `file` to `out`.
 pub(crate) fn copy_range(
-    file: &std::fs::File,
+    file: &dyn ReadAt,
     range: Range<u64>,
     out: &mut dyn Write,
 ) -> io::Result<u64> {

@@ -12,7 +12,9 @@
 //! * **Re-pack.** Otherwise [`znippy_format::repack`] plans the canonical
 //!   layout from the rows, copies every blob the plan keeps unchanged and
 //!   re-encodes only the packs whose members changed, into a new file that
-//!   replaces the sidecar once it is durable.
+//!   replaces the sidecar once it is durable. On object storage every seal
+//!   re-packs, into a new object ([`znippy_store::SealedWriter`]): a
+//!   segment cannot take a tail, and the copy is what publishing needs.
 //!
 //! The receipt's identity is the blake3 of the tail ([`znippy_format::Archive::identity`]),
 //! hashed as the tail is written: no seal reads the payload back.
@@ -21,13 +23,17 @@
 //! fsynced before the catalog records the archive as sealed, and a live
 //! archive's sidecar is cut back to its committed `blob_end` on open, so sealing
 //! again writes the same bytes. Sealing a sealed archive returns the same result.
+//! On a shared catalog the seal commits only on the snapshot it planned
+//! from: when another node's append or seal came first, the seal plans
+//! again, and finds the archive grown or sealed.
 
-use std::fs::{File, OpenOptions};
-use std::io::{BufWriter, Write};
-use std::path::PathBuf;
+use std::io::Write;
 
-use znippy_format::{durable, repack, Archive, RepackStats, SliceRow, Tail, TailInfo};
-use znippy_store::{SealPlan, SealedFile, Store, StoreError};
+use znippy_format::{repack, Archive, RepackStats, SliceRow, Tail, TailInfo};
+use znippy_store::{SealPlan, SealedAt, SealedFile, Store, StoreError};
+
+/// Seals begun again after another node committed first, before giving up.
+const SEAL_RACES: u32 = 8;
 
 /// What went wrong while sealing.
 #[derive(Debug, thiserror::Error)]
@@ -58,7 +64,7 @@ fn io(context: impl Into<String>) -> impl FnOnce(std::io::Error) -> SealError {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SealReceipt {
     /// The sealed `.znippy`.
-    pub path: PathBuf,
+    pub at: SealedAt,
     /// Its length.
     pub size: u64,
     /// Its identity: blake3 of the tail (bytes from `blob_end` on).
@@ -74,38 +80,43 @@ pub struct SealReceipt {
 /// Seals archive `id` of `store`. Appends and deletes wait while it runs and are
 /// refused afterwards.
 pub async fn seal(store: &Store, id: &str) -> Result<SealReceipt, SealError> {
-    let (guard, plan) = store.begin_seal(id).await?;
-    if let Some(done) = plan.already.clone() {
-        return tokio::task::spawn_blocking(move || sealed_receipt(&plan, done))
-            .await
-            .map_err(|e| StoreError::Task(format!("seal: {e}")))?;
-    }
-    let receipt = tokio::task::spawn_blocking(move || write_sealed(plan))
+    let mut lost = 0;
+    loop {
+        let (guard, plan) = store.begin_seal(id).await?;
+        let (plan, written) = tokio::task::spawn_blocking(move || {
+            let written = match plan.already.clone() {
+                Some(done) => sealed_receipt(&plan, done).map(|r| (r, false)),
+                None => write_sealed(&plan).map(|r| (r, true)),
+            };
+            (plan, written)
+        })
         .await
-        .map_err(|e| StoreError::Task(format!("seal: {e}")))??;
-    store
-        .finish_seal(
-            guard,
-            SealedFile {
-                path: receipt.path.clone(),
-                len: receipt.size,
-            },
-        )
-        .await?;
-    Ok(receipt)
+        .map_err(|e| StoreError::Task(format!("seal: {e}")))?;
+        let (receipt, new) = written?;
+        if !new {
+            return Ok(receipt);
+        }
+        let sealed = SealedFile {
+            at: receipt.at.clone(),
+            len: receipt.size,
+        };
+        match store.finish_seal(guard, &plan, sealed).await {
+            Err(e) if e.is_conflict() && lost < SEAL_RACES => lost += 1,
+            r => return r.map(|()| receipt).map_err(SealError::from),
+        }
+    }
 }
 
 /// The receipt of an archive sealed earlier, read from its tail.
 fn sealed_receipt(plan: &SealPlan, done: SealedFile) -> Result<SealReceipt, SealError> {
-    let file = File::open(&done.path).map_err(io(format!("opening {}", done.path.display())))?;
-    let archive = Archive::open(file)?;
+    let archive = Archive::open(plan.blobs())?;
     Ok(SealReceipt {
         identity: archive.identity()?,
         in_place: plan.is_in_place(&done),
         repack: RepackStats::default(),
         tail_bytes: done.len - archive.blob_end(),
         size: done.len,
-        path: done.path,
+        at: done.at,
     })
 }
 
@@ -118,30 +129,20 @@ fn one_shot_rows(plan: &SealPlan) -> Vec<SliceRow> {
     rows
 }
 
-fn write_sealed(plan: SealPlan) -> Result<SealReceipt, SealError> {
+fn write_sealed(plan: &SealPlan) -> Result<SealReceipt, SealError> {
     if plan.in_place {
-        let rows = one_shot_rows(&plan);
-        let (done, info) =
-            plan.seal_in_place(|out| write_tail(out, &plan, plan.blob_end, &rows))?;
+        let rows = one_shot_rows(plan);
+        let (done, info) = plan.seal_in_place(|out| write_tail(out, plan, plan.blob_end, &rows))?;
         return Ok(SealReceipt {
             size: done.len,
-            path: done.path,
+            at: done.at,
             identity: info.identity,
             in_place: true,
             repack: RepackStats::default(),
             tail_bytes: done.len - plan.blob_end,
         });
     }
-    std::fs::create_dir_all(&plan.sealed_dir).map_err(io("creating the sealed directory"))?;
-    let path = plan.sealed_dir.join(format!("{}.znippy", plan.id));
-    let tmp = plan.sealed_dir.join(format!("{}.znippy.partial", plan.id));
-    let file = OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .open(&tmp)
-        .map_err(io(format!("creating {}", tmp.display())))?;
-    let mut out = BufWriter::with_capacity(1 << 20, &file);
+    let mut out = plan.create_sealed()?;
     let (rows, stats) = repack(
         plan.blobs(),
         plan.props,
@@ -150,15 +151,10 @@ fn write_sealed(plan: SealPlan) -> Result<SealReceipt, SealError> {
         &plan.batches,
         &mut out,
     )?;
-    let info = write_tail(&mut out, &plan, stats.blob_end, &rows)?;
-    drop(out);
-    durable::sync_all(&file, &tmp).map_err(io("fsync of the sealed archive"))?;
-    znippy_format::failpoint("seal.copy-synced");
-    std::fs::rename(&tmp, &path).map_err(io("publishing the sealed archive"))?;
-    durable::sync_dir(&plan.sealed_dir).map_err(io("fsync of the sealed directory"))?;
-    znippy_format::failpoint("seal.renamed");
+    let info = write_tail(&mut out, plan, stats.blob_end, &rows)?;
+    let done = out.finish()?;
     Ok(SealReceipt {
-        path,
+        at: done.at,
         size: info.archive_len,
         identity: info.identity,
         in_place: false,

@@ -181,7 +181,7 @@ async fn every_history_seals_to_the_cli_bytes_with_no_dead_byte() {
             "{}: the codec ran for the rebuilt blobs alone",
             case.name
         );
-        let sealed = std::fs::read(&r.path).unwrap();
+        let sealed = std::fs::read(r.at.file().unwrap()).unwrap();
         assert!(!r.in_place, "{}", case.name);
         assert_eq!(
             Sha256::digest(&sealed),

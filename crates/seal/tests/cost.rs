@@ -75,7 +75,12 @@ async fn in_place_seal_costs_the_same_for_payloads_100x_apart() {
         blobs_l > 90 * blobs_s,
         "payloads really differ: {blobs_s} vs {blobs_l}"
     );
-    assert_eq!(read_s, read_l, "bytes read while sealing");
+    // Read: the catalog's files the seal's commit loads, whose numbers (the
+    // blob end, the sealed length) have more digits for the larger payload.
+    assert!(
+        read_s.abs_diff(read_l) <= 16,
+        "bytes read while sealing: {read_s} vs {read_l}"
+    );
     assert!(read_l < blobs_s, "seal reads no blob: {read_l} bytes read");
     // Written: the tail (plus the catalog's own pages). The tail's one
     // zstd-compressed section (the data index) holds offsets that grow with the

@@ -92,7 +92,7 @@ async fn random_histories_seal_to_the_cli_bytes() {
         let expected = cli_reference(tmp.path(), props, &steps);
         let store = play(tmp.path(), props, &steps).await;
         let r = seal(&store, "a").await.unwrap();
-        let sealed = std::fs::read(&r.path).unwrap();
+        let sealed = std::fs::read(r.at.file().unwrap()).unwrap();
         assert!(
             Sha256::digest(&sealed) == Sha256::digest(&expected),
             "seed {seed}: the seal differs from compress + append of the live files"

@@ -86,11 +86,11 @@ async fn in_place_seal_equals_one_shot_compress() {
     assert_eq!(r.repack, znippy_format::RepackStats::default());
     let expected = one_shot(&[batch_a(), b.clone()], &Metadata::Present(meta));
     assert_eq!(
-        sha(&r.path),
+        sha(r.at.file().unwrap()),
         Sha256::digest(&expected).to_vec(),
         "byte-identical"
     );
-    let a = Archive::open(std::fs::File::open(&r.path).unwrap()).unwrap();
+    let a = Archive::open(std::fs::File::open(r.at.file().unwrap()).unwrap()).unwrap();
     assert_eq!(a.verify(2).unwrap(), a.row_count());
     let mut got = Vec::new();
     a.read_file("dup-of-big1", &mut got).unwrap();
@@ -123,7 +123,7 @@ async fn repacked_seal_after_replace_and_delete_equals_one_shot_of_the_live_file
         .collect();
     let expected = one_shot(&[live_a, b], &Metadata::Absent);
     assert_eq!(
-        sha(&r.path),
+        sha(r.at.file().unwrap()),
         Sha256::digest(&expected).to_vec(),
         "byte-identical"
     );
@@ -167,7 +167,7 @@ async fn a_sealed_archive_is_immutable_and_sealing_again_is_the_same() {
             Err(StoreError::Sealed(_))
         ));
         assert_eq!(store.info(id).await.unwrap().state, State::Sealed);
-        let a = Archive::open(std::fs::File::open(&first.path).unwrap()).unwrap();
+        let a = Archive::open(std::fs::File::open(first.at.file().unwrap()).unwrap()).unwrap();
         let md = a.metadata().unwrap();
         match with_meta {
             false => assert_eq!(md, Metadata::Absent, "no metadata stays no metadata"),
@@ -214,7 +214,7 @@ async fn a_seal_cut_short_is_redone_with_the_same_bytes() {
     let store = Store::open(tmp.path(), 2).await.unwrap();
     assert_eq!(store.info("a").await.unwrap().state, State::Live);
     let r = seal(&store, "a").await.unwrap();
-    assert_eq!(std::fs::read(&r.path).unwrap(), expected);
+    assert_eq!(std::fs::read(r.at.file().unwrap()).unwrap(), expected);
 }
 
 /// A re-packing seal killed at any point leaves a partial file, or a complete
@@ -257,6 +257,6 @@ async fn a_repack_cut_short_is_redone_with_the_same_bytes() {
     );
     let r = seal(&store, "a").await.unwrap();
     assert!(!r.in_place);
-    assert_eq!(std::fs::read(&r.path).unwrap(), expected);
+    assert_eq!(std::fs::read(r.at.file().unwrap()).unwrap(), expected);
     assert!(!sealed.join("a.znippy.partial").exists());
 }

@@ -30,7 +30,7 @@ use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::io::{BufWriter, Write};
 use std::path::PathBuf;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use tokio::sync::oneshot;
 
@@ -39,7 +39,7 @@ use iceberg::table::Table;
 use iceberg::transaction::{ApplyTransactionAction, Transaction};
 use iceberg::{NamespaceIdent, TableIdent};
 use znippy_format::{
-    check_file_rows, check_nesting, check_twins, failpoint, nfc, ArchiveProps, BatchStats,
+    check_file_rows, check_nesting, check_twins, failpoint, nfc, Archive, ArchiveProps, BatchStats,
     BlobRegion, BlobScratch, Engine, Entry, InputFile, Kind, MetaRow, MetaTable, Metadata, ReadAt,
     SliceRow, TailInfo,
 };
@@ -51,10 +51,9 @@ use crate::error::{Result, StoreError};
 use crate::file::{FileReader, ScratchPool};
 use crate::maintenance;
 use crate::pinned::Pinned;
+use crate::sealed::{SealedAt, SealedFile, SealedWriter, SEALED_KEY, SEALED_LEN_KEY};
 use crate::segments::Segment;
-use crate::sidecar::Sidecar;
 use crate::tables::{self, FileRow, MetaLogRow, FILES, META};
-use crate::SealedFile;
 
 const APPEND_SEQ_KEY: &str = "znippy.append-seq";
 const PENDING_META_KEY: &str = "znippy.pending-meta";
@@ -170,8 +169,12 @@ pub struct SealPlan {
     blobs: Arc<Blobs>,
     /// The sidecar's path, in a data directory.
     sidecar_path: Option<PathBuf>,
-    /// Where a copied sealed archive goes.
-    pub sealed_dir: PathBuf,
+    /// Where a copied sealed archive goes, in a data directory.
+    sealed_dir: Option<PathBuf>,
+    /// The `files` snapshot the plan was made on, which the seal commits
+    /// after, and the archive's last append number.
+    base: Option<i64>,
+    append_seq: u64,
     /// Set when the archive is sealed already.
     pub already: Option<SealedFile>,
 }
@@ -185,7 +188,19 @@ impl SealPlan {
     /// Whether `sealed` is the archive's own blob file with the tail written
     /// after its blobs (rather than a re-packed copy).
     pub fn is_in_place(&self, sealed: &SealedFile) -> bool {
-        self.sidecar_path.as_ref() == Some(&sealed.path)
+        matches!(&sealed.at, SealedAt::File(p) if self.sidecar_path.as_ref() == Some(p))
+    }
+
+    /// Starts the sealed archive of a seal that is not in place: a new
+    /// file in the data directory, or a new object (`sealed.rs`).
+    pub fn create_sealed(&self) -> Result<SealedWriter> {
+        match (&*self.blobs, &self.sealed_dir) {
+            (Blobs::Segments(segments), _) => Ok(SealedWriter::object(segments.sealed_writer())),
+            (Blobs::Sidecar(_), Some(dir)) => SealedWriter::file(dir, &self.id),
+            (Blobs::Sidecar(_), None) => Err(StoreError::Unsupported(
+                "a sidecar outside a data directory",
+            )),
+        }
     }
 
     /// Seals in place: `write` gets a writer at `blob_end` in the blob file
@@ -210,7 +225,7 @@ impl SealPlan {
         sidecar.truncate(len)?;
         sidecar.sync()?;
         let sealed = SealedFile {
-            path: path.clone(),
+            at: SealedAt::File(path.clone()),
             len,
         };
         Ok((sealed, tail))
@@ -236,7 +251,10 @@ pub struct LiveArchive {
     /// `live`): what [`check_twins`] needs to compare a batch against.
     unnormalized: BTreeSet<String>,
     pub(crate) meta: Metadata,
+    /// Once sealed: the sealed file, which `blobs` then reads, tail and all.
     pub(crate) sealed: Option<SealedFile>,
+    /// The sealed file opened as an archive (index read), on first read.
+    sealed_archive: OnceLock<Archive<Arc<dyn ReadAt>>>,
     /// Whether any committed row is dead (replaced or deleted): then the sidecar
     /// holds blobs a one-shot compress of the live files would not.
     pub(crate) dead: bool,
@@ -312,6 +330,19 @@ fn summary(table: &Table, key: &str) -> Option<String> {
         .additional_properties
         .get(key)
         .cloned()
+}
+
+/// The sealed file a `files` table's current snapshot names, if it sealed
+/// the archive (or came after the seal, which no change but a rewrite of
+/// the embedded catalog's does: and a rewrite keeps the summary).
+pub(crate) fn sealed_of(catalog: &Backend, table: &Table) -> Result<Option<SealedFile>> {
+    let Some(at) = summary(table, SEALED_KEY) else {
+        return Ok(None);
+    };
+    Ok(Some(SealedFile {
+        at: catalog.sealed_at(&at)?,
+        len: summary_u64(table, SEALED_LEN_KEY)?,
+    }))
 }
 
 fn summary_u64(table: &Table, key: &str) -> Result<u64> {
@@ -413,15 +444,30 @@ impl LiveArchive {
         let dead = row_count != live.values().map(|f| f.rows.len()).sum::<usize>();
         let meta_rows = tables::meta_rows(&tables::scan_all(&meta).await?)?;
         let meta = live_meta(meta_rows, props.with_meta)?;
-        let blobs = match &props.sealed {
+        // Archives sealed before seals committed a snapshot have only the
+        // namespace's word for it.
+        let sealed = match sealed_of(catalog, &files)? {
+            Some(sealed) => {
+                if props.sealed.as_ref() != Some(&sealed) {
+                    // A crash between the seal's commit and its mirror.
+                    crate::mirror_seal(catalog, ns, &sealed).await?;
+                }
+                Some(sealed)
+            }
+            None => props.sealed,
+        };
+        let blobs = match &sealed {
             // A sealed archive's blobs (and tail) are immutable: never truncate.
             Some(sealed) => {
-                if let Some(old) = sidecar_path.as_ref().filter(|p| **p != sealed.path) {
+                if let Some(old) = sidecar_path
+                    .as_ref()
+                    .filter(|p| sealed.at != SealedAt::File(p.to_path_buf()))
+                {
                     // A crash after the seal committed and before the re-packed
                     // archive's old sidecar went: its dead bytes go now.
                     let _ = std::fs::remove_file(old);
                 }
-                Blobs::Sidecar(Sidecar::open_existing(&sealed.path)?)
+                catalog.open_sealed(id, sealed)?
             }
             None => catalog.open_blobs(id, blob_end, segments)?,
         };
@@ -443,7 +489,8 @@ impl LiveArchive {
                 .collect(),
             live,
             meta,
-            sealed: props.sealed,
+            sealed,
+            sealed_archive: OnceLock::new(),
             dead,
             dropped: false,
             engine: None,
@@ -505,10 +552,8 @@ impl LiveArchive {
     /// sealed archive's tail), and reads touch only its blobs; no Iceberg file is
     /// read.
     pub fn open_file(&self, path: &str, scratches: Arc<ScratchPool>) -> Result<FileReader> {
-        if let Some(sealed) = &self.sealed {
-            let f = std::fs::File::open(&sealed.path)
-                .map_err(|e| StoreError::io(format!("opening {}", sealed.path.display()), e))?;
-            let archive = znippy_format::Archive::open(Arc::new(f))?;
+        if self.sealed.is_some() {
+            let archive = self.sealed_archive()?;
             let rows = match archive.slices(path) {
                 Err(znippy_format::Error::NotFound(p)) => return Err(StoreError::NotFound(p)),
                 r => r?,
@@ -526,6 +571,17 @@ impl LiveArchive {
         };
         let src: Arc<dyn ReadAt> = self.blobs.clone();
         FileReader::new(path, file.rows.clone(), region, src, scratches)
+    }
+
+    /// The sealed file, opened as an archive once: its footer, manifest
+    /// and lookup footer are read on the first read, not on each.
+    fn sealed_archive(&self) -> Result<&Archive<Arc<dyn ReadAt>>> {
+        if let Some(archive) = self.sealed_archive.get() {
+            return Ok(archive);
+        }
+        let src: Arc<dyn ReadAt> = self.blobs.clone();
+        let archive = Archive::open(src)?;
+        Ok(self.sealed_archive.get_or_init(|| archive))
     }
 
     /// Whether nothing is queued or committing: then the committed state is
@@ -891,6 +947,12 @@ impl LiveArchive {
             self.append_seq = self.append_seq.max(summary_u64(&files, APPEND_SEQ_KEY)?);
             self.snapshot_id = now;
             self.engine_stale = true;
+            if let Some(sealed) = sealed_of(catalog, &files)? {
+                // Another node sealed it: its rows above still list the
+                // files; their bytes are read from the sealed file now.
+                self.sealed_by(catalog, sealed)?;
+                return Ok(());
+            }
         }
         let meta = catalog.load_table(&self.meta_ident).await?;
         let now = meta.metadata().current_snapshot_id();
@@ -999,7 +1061,7 @@ impl LiveArchive {
 
     /// What sealing needs: the live files batch by batch in append order, the
     /// metadata, and whether the sidecar already has the one-shot layout.
-    pub(crate) fn seal_plan(&self, sealed_dir: PathBuf) -> SealPlan {
+    pub(crate) fn seal_plan(&self, sealed_dir: Option<PathBuf>) -> SealPlan {
         let mut files: Vec<(&String, &LiveFile)> = self.live.iter().collect();
         files.sort_by_key(|(_, f)| (f.append_seq, f.rows.first().map_or(0, |r| r.chunk_seq)));
         let mut batches: Vec<Vec<SliceRow>> = Vec::new();
@@ -1022,13 +1084,52 @@ impl LiveArchive {
             blob_end: self.blob_end,
             batches,
             meta: self.meta.clone(),
-            in_place: !self.dead,
+            // Segments cannot take a tail, and a segment moved past another
+            // node's commit may hold blobs a one-shot compress would have
+            // deduplicated: on object storage the re-pack always runs,
+            // copying every blob that is already canonical.
+            in_place: !self.dead && !self.blobs.is_segments(),
             committed: Vec::new(),
             blobs: Arc::clone(&self.blobs),
             sidecar_path: self.sidecar_path.clone(),
             sealed_dir,
+            base: self.snapshot_id,
+            append_seq: self.append_seq,
             already: self.sealed.clone(),
         }
+    }
+
+    /// Commits `plan`'s seal in `sealed` (whole and durable): a `files`
+    /// snapshot that adds no rows and names the sealed file, committed on
+    /// the snapshot the plan was made on (see `sealed.rs`).
+    pub(crate) async fn commit_seal(
+        &mut self,
+        catalog: &Backend,
+        plan: &SealPlan,
+        sealed: &SealedFile,
+    ) -> Result<()> {
+        let mut summary = change_summary(plan.append_seq, plan.blob_end);
+        summary.insert(SEALED_KEY.to_string(), sealed.at.to_string());
+        summary.insert(SEALED_LEN_KEY.to_string(), sealed.len.to_string());
+        let idents = (&self.files_ident, &self.meta_ident);
+        let (committed, _) = commit_change(catalog, idents, plan.base, &[], &[], summary).await?;
+        self.snapshot_id = Some(committed.snapshot_id);
+        if let Some(sidecar) = self
+            .sidecar_path
+            .as_ref()
+            .filter(|p| sealed.at != SealedAt::File(p.to_path_buf()))
+        {
+            // The blobs now live in the sealed file; the sidecar is dead weight.
+            let _ = std::fs::remove_file(sidecar);
+        }
+        self.sealed_by(catalog, sealed.clone())
+    }
+
+    /// From now on the archive is `sealed`: reads go to the sealed file.
+    fn sealed_by(&mut self, catalog: &Backend, sealed: SealedFile) -> Result<()> {
+        self.blobs = Arc::new(catalog.open_sealed(&self.id, &sealed)?);
+        self.sealed = Some(sealed);
+        Ok(())
     }
 
     /// Folds committed rows into the lookup; returns whether a path was
@@ -1106,10 +1207,9 @@ impl LiveArchive {
             catalog,
             idents,
             base,
-            seq,
             &[tomb],
             &meta_tombs,
-            self.blob_end,
+            change_summary(seq, self.blob_end),
         )
         .await?;
         let snapshot_id = committed.snapshot_id;
@@ -1141,10 +1241,9 @@ impl Group {
             catalog,
             idents,
             self.base,
-            seq,
             &self.file_rows,
             &self.meta_rows,
-            self.end,
+            change_summary(seq, self.end),
         )
         .await?;
         if pending.is_empty() {
@@ -1194,23 +1293,29 @@ impl Queued {
     }
 }
 
+/// What every `files` snapshot's summary holds: the append number of the
+/// change and the blob end after it.
+fn change_summary(seq: u64, blob_end: u64) -> HashMap<String, String> {
+    HashMap::from([
+        (BLOB_END_KEY.to_string(), blob_end.to_string()),
+        (APPEND_SEQ_KEY.to_string(), seq.to_string()),
+    ])
+}
+
 /// Steps 2 and 3 of a change to `tables` (`files`, `meta`): returns the
 /// `files` snapshot id and the meta data files still to commit (step 4).
+/// `props` is the snapshot's summary ([`change_summary`], and what else
+/// the change records).
 async fn commit_change(
     catalog: &Backend,
     idents: (&TableIdent, &TableIdent),
     base: Option<i64>,
-    seq: u64,
     file_rows: &[FileRow],
     meta_rows: &[MetaLogRow],
-    new_end: u64,
+    mut props: HashMap<String, String>,
 ) -> Result<(Committed, Vec<DataFile>)> {
     let mut files = catalog.load_table(idents.0).await?;
     let shared = catalog.redb().is_none();
-    let mut props = HashMap::from([
-        (BLOB_END_KEY.to_string(), new_end.to_string()),
-        (APPEND_SEQ_KEY.to_string(), seq.to_string()),
-    ]);
     let pending = if meta_rows.is_empty() {
         Vec::new()
     } else {

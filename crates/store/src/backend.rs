@@ -15,12 +15,14 @@ use std::sync::Arc;
 
 use iceberg::Catalog;
 use object_store::path::Path as ObjectPath;
+use object_store::signer::Signer;
 use object_store::ObjectStore;
 use tokio::runtime::Handle;
 
 use crate::blobs::Blobs;
 use crate::catalog::RedbCatalog;
-use crate::error::Result;
+use crate::error::{Result, StoreError};
+use crate::sealed::{SealedAt, SealedFile};
 use crate::segments::{SegmentRef, Segments};
 use crate::sidecar::Sidecar;
 
@@ -41,6 +43,7 @@ enum BlobHome {
     /// `PREFIX/<id>/<uuid>.blobs` in a bucket.
     Objects {
         store: Arc<dyn ObjectStore>,
+        signer: Arc<dyn Signer>,
         prefix: ObjectPath,
         runtime: Handle,
     },
@@ -70,6 +73,7 @@ impl Backend {
     pub fn remote(
         catalog: Arc<dyn Catalog>,
         store: Arc<dyn ObjectStore>,
+        signer: Arc<dyn Signer>,
         prefix: ObjectPath,
         runtime: Handle,
     ) -> Self {
@@ -78,6 +82,7 @@ impl Backend {
             redb: None,
             home: BlobHome::Objects {
                 store,
+                signer,
                 prefix,
                 runtime,
             },
@@ -124,6 +129,7 @@ impl Backend {
                 store,
                 prefix,
                 runtime,
+                ..
             } => Blobs::Segments(Segments::new(
                 Arc::clone(store),
                 runtime.clone(),
@@ -132,6 +138,69 @@ impl Backend {
                 end,
             )?),
         })
+    }
+}
+
+impl Backend {
+    /// Where a seal's summary says the sealed file is: a path in a data
+    /// directory, an object key on object storage.
+    pub fn sealed_at(&self, location: &str) -> Result<SealedAt> {
+        match &self.home {
+            BlobHome::Local(_) => Ok(SealedAt::File(PathBuf::from(location))),
+            BlobHome::Objects { .. } => ObjectPath::parse(location)
+                .map(SealedAt::Object)
+                .map_err(|_| StoreError::BadSegmentKey(location.to_string())),
+        }
+    }
+
+    /// A URL that does `method` on object `key` without credentials for
+    /// `expires`.
+    pub async fn presign(
+        &self,
+        method: reqwest::Method,
+        key: &ObjectPath,
+        expires: std::time::Duration,
+    ) -> Result<String> {
+        let BlobHome::Objects { signer, .. } = &self.home else {
+            return Err(StoreError::Unsupported("presigning outside object storage"));
+        };
+        let url = signer
+            .signed_url(method, key, expires)
+            .await
+            .map_err(|source| StoreError::ObjectStore {
+                context: format!("presigning {key}"),
+                source,
+            })?;
+        Ok(url.to_string())
+    }
+
+    /// Opens archive `id`'s sealed file as its blob region: the whole file
+    /// (or object) reads as one region, tail included, and is never cut.
+    pub fn open_sealed(&self, id: &str, sealed: &SealedFile) -> Result<Blobs> {
+        match (&self.home, &sealed.at) {
+            (_, SealedAt::File(path)) => Ok(Blobs::Sidecar(Sidecar::open_existing(path)?)),
+            (
+                BlobHome::Objects {
+                    store,
+                    prefix,
+                    runtime,
+                    ..
+                },
+                SealedAt::Object(key),
+            ) => Ok(Blobs::Segments(Segments::new(
+                Arc::clone(store),
+                runtime.clone(),
+                prefix.clone().join(id),
+                [SegmentRef {
+                    start: 0,
+                    key: key.to_string(),
+                }],
+                sealed.len,
+            )?)),
+            (BlobHome::Local(_), SealedAt::Object(key)) => {
+                Err(StoreError::BadSegmentKey(key.to_string()))
+            }
+        }
     }
 }
 

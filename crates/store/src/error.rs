@@ -197,6 +197,12 @@ fn shown(value: &Option<String>) -> String {
 pub struct Abandoned;
 
 impl StoreError {
+    /// Whether a commit found that another node committed to the archive
+    /// since the change was planned: planning again may succeed.
+    pub fn is_conflict(&self) -> bool {
+        matches!(self, StoreError::Iceberg(e) if crate::pinned::is_conflict(e))
+    }
+
     /// Whether object storage or a remote catalog failed or could not be
     /// reached: nothing was committed, and the same request may succeed
     /// once they are back.

@@ -28,7 +28,9 @@
 //! Everything outside the crate goes through [`Store`]: the service's Iceberg
 //! REST facade loads a table by [`TableKind`] ([`Store::table`]), and a seal
 //! takes a [`SealPlan`] whose blobs it reads and whose tail it writes in place
-//! through the plan ([`SealPlan::blobs`], [`SealPlan::seal_in_place`]). The
+//! through the plan, or whose re-packed copy it writes to a file or object
+//! the plan makes ([`SealPlan::blobs`], [`SealPlan::seal_in_place`],
+//! [`SealPlan::create_sealed`]), and commits it with [`Store::finish_seal`]. The
 //! catalog, the tables' row codecs and the sidecar stay private, so another
 //! backend (a REST catalog, object storage) changes this crate alone.
 //!
@@ -51,6 +53,8 @@
 //!   storage (S3), through `object_store`.
 //! - `segments.rs`: the blob region on object storage, as immutable segment
 //!   objects, one per append, and the map that reads across them.
+//! - `sealed.rs`: a sealed archive's file or object, how a seal writes it,
+//!   and the snapshot that publishes it.
 //! - `sidecar.rs`: the blob file: positioned writes at the committed end, fsync,
 //!   and the check that it is still the file the store opened.
 //! - `file.rs`: one file opened for reading, verified slice by slice.
@@ -69,6 +73,7 @@ mod maintenance;
 mod object_storage;
 mod pinned;
 mod remote;
+mod sealed;
 mod segments;
 mod sidecar;
 mod storage;
@@ -97,6 +102,7 @@ pub use error::{Abandoned, Result, RowProblem, StoreError};
 pub use file::FileReader;
 pub use object_storage::{ObjectStorage, ObjectStorageFactory};
 pub use remote::{Remote, RemoteConfig};
+pub use sealed::{SealedAt, SealedFile, SealedWriter};
 pub use tables::TableKind;
 
 /// Root namespace of all archives.
@@ -191,23 +197,22 @@ pub(crate) struct NsProps {
 }
 
 /// A sealed archive's `.znippy`, open for reading.
-#[derive(Debug)]
 pub struct OpenSealed {
-    /// The file.
-    pub file: std::fs::File,
+    /// Its bytes: a file, or ranged GETs of an object.
+    pub source: Arc<dyn znippy_format::ReadAt>,
     /// Its length.
     pub len: u64,
-    /// The `files` snapshot it was sealed at.
+    /// The `files` snapshot that sealed it.
     pub snapshot_id: Option<i64>,
 }
 
-/// Where a sealed archive's `.znippy` is.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct SealedFile {
-    /// Its path.
-    pub path: PathBuf,
-    /// Its length.
-    pub len: u64,
+impl std::fmt::Debug for OpenSealed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("OpenSealed")
+            .field("len", &self.len)
+            .field("snapshot_id", &self.snapshot_id)
+            .finish_non_exhaustive()
+    }
 }
 
 pub(crate) async fn namespace_props(catalog: &Backend, ns: &NamespaceIdent) -> Result<NsProps> {
@@ -232,10 +237,11 @@ pub(crate) async fn namespace_props(catalog: &Backend, ns: &NamespaceIdent) -> R
         with_meta: p.get(P_META).is_some_and(|v| v == "true"),
         sealed: match p.get(P_STATE).map(String::as_str) {
             Some("sealed") => Some(SealedFile {
-                path: p
-                    .get(P_SEALED_PATH)
-                    .map(PathBuf::from)
-                    .ok_or_else(|| bad(P_SEALED_PATH))?,
+                at: SealedAt::File(
+                    p.get(P_SEALED_PATH)
+                        .map(PathBuf::from)
+                        .ok_or_else(|| bad(P_SEALED_PATH))?,
+                ),
                 len: num(P_SEALED_LEN)?,
             }),
             _ => None,
@@ -246,6 +252,26 @@ pub(crate) async fn namespace_props(catalog: &Backend, ns: &NamespaceIdent) -> R
 async fn set_ns_prop(catalog: &Backend, ns: &NamespaceIdent, key: &str, value: &str) -> Result<()> {
     let mut p = catalog.get_namespace(ns).await?.properties().clone();
     p.insert(key.into(), value.into());
+    Ok(catalog.update_namespace(ns, p).await?)
+}
+
+/// Mirrors a seal in the namespace's properties, for catalog browsers (the
+/// `files` snapshot that sealed the archive is the fact; this is derived,
+/// and written again on open if a crash left it behind). Only on the
+/// embedded catalog: iceberg-rust's REST client cannot update a
+/// namespace's properties.
+pub(crate) async fn mirror_seal(
+    catalog: &Backend,
+    ns: &NamespaceIdent,
+    file: &SealedFile,
+) -> Result<()> {
+    if catalog.redb().is_none() {
+        return Ok(());
+    }
+    let mut p = catalog.get_namespace(ns).await?.properties().clone();
+    p.insert(P_STATE.into(), "sealed".into());
+    p.insert(P_SEALED_PATH.into(), file.at.to_string());
+    p.insert(P_SEALED_LEN.into(), file.len.to_string());
     Ok(catalog.update_namespace(ns, p).await?)
 }
 
@@ -485,10 +511,11 @@ impl Store {
         let Remote {
             catalog,
             blobs,
+            signer,
             prefix,
         } = remote;
         let runtime = tokio::runtime::Handle::current();
-        let backend = Backend::remote(catalog, blobs, prefix, runtime);
+        let backend = Backend::remote(catalog, blobs, signer, prefix, runtime);
         Self::open_on(backend, None, opts).await
     }
 
@@ -682,8 +709,8 @@ impl Store {
         if let Err(e) = a.blobs.remove().await {
             tracing::warn!("{id}: removing the blobs of a dropped archive: {e}");
         }
-        if let Some(sealed) = &a.sealed {
-            let _ = std::fs::remove_file(&sealed.path);
+        if let Some(SealedAt::File(path)) = a.sealed.as_ref().map(|s| &s.at) {
+            let _ = std::fs::remove_file(path);
         }
         a.dropped = true;
         self.open.lock().await.remove(id);
@@ -849,21 +876,36 @@ impl Store {
         Ok(a.entries_page(prefix, after, limit))
     }
 
-    /// The sealed `.znippy` of `id`, open, once it is sealed. It is opened
-    /// under the archive's lock, so a drop that follows cannot pull the file
-    /// from under the reader: the open file stays readable.
+    /// The sealed `.znippy` of `id`, open, once it is sealed. In a data
+    /// directory the file was opened when the archive was, so a drop that
+    /// follows cannot pull it from under the reader.
     pub async fn open_sealed(&self, id: &str) -> Result<Option<OpenSealed>> {
         let a = self.live(id).await?;
         let Some(sealed) = &a.sealed else {
             return Ok(None);
         };
-        let file = std::fs::File::open(&sealed.path)
-            .map_err(|e| StoreError::io(format!("opening {}", sealed.path.display()), e))?;
         Ok(Some(OpenSealed {
-            file,
+            source: a.blobs.clone(),
             len: sealed.len,
             snapshot_id: a.snapshot_id,
         }))
+    }
+
+    /// A URL that fetches `id`'s sealed `.znippy` straight from object
+    /// storage with `method` (GET or HEAD) for `expires`, without
+    /// credentials; `None` while the archive is live, and in a data
+    /// directory.
+    pub async fn presigned_sealed(
+        &self,
+        id: &str,
+        method: reqwest::Method,
+        expires: std::time::Duration,
+    ) -> Result<Option<String>> {
+        let a = self.live(id).await?;
+        let Some(SealedAt::Object(key)) = a.sealed.as_ref().map(|s| &s.at) else {
+            return Ok(None);
+        };
+        self.catalog.presign(method, key, expires).await.map(Some)
     }
 
     /// One live file.
@@ -935,20 +977,16 @@ impl Store {
     /// wait until [`Store::finish_seal`]; reads go on.
     pub async fn begin_seal(&self, id: &str) -> Result<(SealGuard, SealPlan)> {
         let slot = self.slot(id).await?;
-        let Some(dir) = &self.dir else {
-            return Err(StoreError::Unsupported(
-                "sealing an archive on object storage",
-            ));
-        };
         let writer = Arc::clone(&slot.writer).lock_owned().await;
         slot.flush(&self.catalog).await;
         let (mut plan, files) = {
-            let state = slot.state.lock().await;
+            let mut state = slot.state.lock().await;
             if state.dropped {
                 return Err(StoreError::NoArchive(id.to_string()));
             }
+            state.refresh(&self.catalog).await?;
             (
-                state.seal_plan(dir.join("sealed")),
+                state.seal_plan(self.dir.as_ref().map(|d| d.join("sealed"))),
                 state.files_ident.clone(),
             )
         };
@@ -969,24 +1007,33 @@ impl Store {
         Ok((guard, plan))
     }
 
-    /// Records that the archive is sealed in `file` (made durable by the caller).
-    /// From now on reads go to the sealed file and changes are refused.
-    pub async fn finish_seal(&self, guard: SealGuard, file: SealedFile) -> Result<()> {
+    /// Commits the seal of `plan` in `file` (made durable by the caller):
+    /// from now on reads go to the sealed file and changes are refused. On
+    /// a shared catalog this fails with a conflict
+    /// ([`StoreError::is_conflict`]) if another node committed to the
+    /// archive since the plan was made; `file` is then removed, and a seal
+    /// begun again either plans anew or finds the archive sealed.
+    pub async fn finish_seal(
+        &self,
+        guard: SealGuard,
+        plan: &SealPlan,
+        file: SealedFile,
+    ) -> Result<()> {
+        let _commit = guard.slot.commit.lock().await;
         let mut state = guard.slot.state.lock().await;
-        let ns = Self::ns(&state.id);
-        let mut p = self.catalog.get_namespace(&ns).await?.properties().clone();
-        p.insert(P_STATE.into(), "sealed".into());
-        p.insert(
-            P_SEALED_PATH.into(),
-            file.path.to_string_lossy().into_owned(),
-        );
-        p.insert(P_SEALED_LEN.into(), file.len.to_string());
-        self.catalog.update_namespace(&ns, p).await?;
-        if let Some(sidecar) = state.sidecar_path.as_ref().filter(|p| **p != file.path) {
-            // The blobs now live in the sealed file; the sidecar is dead weight.
-            let _ = std::fs::remove_file(sidecar);
+        if let Err(e) = state.commit_seal(&self.catalog, plan, &file).await {
+            if let SealedAt::Object(key) = &file.at {
+                if let Some((objects, _)) = self.catalog.objects() {
+                    if let Err(e) = object_store::ObjectStoreExt::delete(&**objects, key).await {
+                        tracing::warn!("removing {key}, a seal that did not commit: {e}");
+                    }
+                }
+            }
+            return Err(e);
         }
-        state.sealed = Some(file);
+        if let Err(e) = mirror_seal(&self.catalog, &Self::ns(&state.id), &file).await {
+            tracing::warn!("{}: mirroring the seal in the namespace: {e}", state.id);
+        }
         Ok(())
     }
 
@@ -994,7 +1041,8 @@ impl Store {
     /// older than `min_age`: what an append leaves when it fails between
     /// its upload and its commit (the catalog went away, or it lost more
     /// commit races than it may), and what a drop left when object storage
-    /// failed under it. A segment is named from its append's commit on, and
+    /// failed under it, and a sealed archive's segments, whose bytes its
+    /// sealed file holds. A segment is named from its append's commit on, and
     /// an append commits within moments of its upload, so `min_age` (an
     /// hour, say) keeps the segments of appends still in flight. Nothing
     /// to do in a data directory, where a failed append's bytes are cut
@@ -1054,14 +1102,18 @@ impl Store {
         Ok(collected)
     }
 
-    /// The segment keys archive `id`'s rows name; none if there is no such
-    /// archive (it was dropped).
+    /// The objects archive `id` names: the segments its rows name, or once
+    /// it is sealed its sealed file alone (the segments' bytes are in it);
+    /// none if there is no such archive (it was dropped).
     async fn named_segments(&self, id: &str) -> Result<HashSet<String>> {
         let ident = TableIdent::new(Self::ns(id), tables::FILES.to_string());
         if check_id(id).is_err() || !self.catalog.table_exists(&ident).await? {
             return Ok(HashSet::new());
         }
         let table = self.catalog.load_table(&ident).await?;
+        if let Some(sealed) = archive::sealed_of(&self.catalog, &table)? {
+            return Ok(HashSet::from([sealed.at.to_string()]));
+        }
         let rows = tables::file_rows(&tables::scan_all(&table).await?)?;
         Ok(rows
             .into_iter()

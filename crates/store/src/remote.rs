@@ -11,8 +11,9 @@ use std::sync::Arc;
 
 use iceberg::{Catalog, CatalogBuilder};
 use iceberg_catalog_rest::RestCatalogBuilder;
-use object_store::aws::{AmazonS3Builder, S3ConditionalPut};
+use object_store::aws::{AmazonS3, AmazonS3Builder, S3ConditionalPut};
 use object_store::path::Path;
+use object_store::signer::Signer;
 use object_store::ObjectStore;
 
 use crate::error::{Result, StoreError};
@@ -57,6 +58,9 @@ pub struct Remote {
     pub catalog: Arc<dyn Catalog>,
     /// The bucket the blobs go to.
     pub blobs: Arc<dyn ObjectStore>,
+    /// The same bucket, signing URLs that fetch a sealed archive without
+    /// credentials.
+    pub signer: Arc<dyn Signer>,
     /// The key prefix of the blobs in it.
     pub prefix: Path,
 }
@@ -84,7 +88,7 @@ fn parse_s3(url: &str) -> Result<(&str, Path)> {
 impl RemoteConfig {
     /// A client of `bucket`, with writes conditional on an object's ETag
     /// (or its absence), which the segments and the catalog's files rely on.
-    pub(crate) fn bucket(&self, bucket: &str) -> Result<Arc<dyn ObjectStore>> {
+    pub(crate) fn bucket(&self, bucket: &str) -> Result<Arc<AmazonS3>> {
         let mut b = AmazonS3Builder::from_env()
             .with_bucket_name(bucket)
             .with_conditional_put(S3ConditionalPut::ETagMatch);
@@ -125,9 +129,11 @@ impl RemoteConfig {
             .with_storage_factory(Arc::new(ObjectStorageFactory::new(storage)))
             .load("znippy", props)
             .await?;
+        let blobs = self.bucket(blob_bucket)?;
         Ok(Remote {
             catalog: Arc::new(catalog),
-            blobs: self.bucket(blob_bucket)?,
+            blobs: blobs.clone(),
+            signer: blobs,
             prefix,
         })
     }

@@ -121,11 +121,19 @@ impl SegmentWriter {
         prefix: &Path,
         start: u64,
     ) -> SegmentWriter {
-        let name = format!("{}.blobs", uuid::Uuid::now_v7());
+        let key = prefix
+            .clone()
+            .join(format!("{}.blobs", uuid::Uuid::now_v7()));
+        Self::at(store, runtime, key, start)
+    }
+
+    /// A new object `key`, holding what is written to it (`start` is where
+    /// its bytes would start in a blob region).
+    fn at(store: Arc<dyn ObjectStore>, runtime: Handle, key: Path, start: u64) -> SegmentWriter {
         SegmentWriter {
             store,
             runtime,
-            key: prefix.clone().join(name),
+            key,
             start,
             written: 0,
             head: Vec::new(),
@@ -340,6 +348,18 @@ impl Segments {
             self.runtime.clone(),
             &self.prefix,
             start,
+        )
+    }
+
+    /// A writer of the archive's sealed `.znippy`: a new object beside
+    /// the segments, written as they are (`sealed.rs`).
+    pub fn sealed_writer(&self) -> SegmentWriter {
+        let name = format!("sealed-{}.znippy", uuid::Uuid::now_v7());
+        SegmentWriter::at(
+            Arc::clone(&self.store),
+            self.runtime.clone(),
+            self.prefix.clone().join(name),
+            0,
         )
     }
 

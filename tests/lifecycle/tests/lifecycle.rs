@@ -115,7 +115,7 @@ async fn lifecycle_in_one_process() {
     store.append("a", inputs(&batch_b()), None).await.unwrap();
     store.delete_file("a", DELETED).await.unwrap();
     let r = znippy_seal::seal(&store, "a").await.unwrap();
-    check_sealed(&r.path);
+    check_sealed(r.at.file().unwrap());
 }
 
 fn znippy() -> PathBuf {

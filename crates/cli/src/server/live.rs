@@ -4,10 +4,10 @@
 use std::io::{BufWriter, Write};
 use std::path::PathBuf;
 
-use anyhow::{Context, Result};
+use anyhow::{bail, Context, Result};
 use clap::Subcommand;
 use znippy_format::{ArchiveProps, ScanOptions};
-use znippy_store::{CreateOptions, Store};
+use znippy_store::{CreateOptions, SealedAt, Store};
 
 use znippy_cli::{gather, meta_args, print_meta};
 
@@ -77,7 +77,10 @@ pub fn seal(data: PathBuf, id: &str, output: Option<&std::path::Path>) -> Result
         store.close().await;
         let r = r?;
         if let Some(out) = output {
-            std::fs::copy(&r.path, out).with_context(|| format!("copying to {}", out.display()))?;
+            let SealedAt::File(path) = &r.at else {
+                bail!("{id} was sealed to object storage, not to a file: {}", r.at);
+            };
+            std::fs::copy(path, out).with_context(|| format!("copying to {}", out.display()))?;
         }
         let hex: String = r.identity.iter().map(|b| format!("{b:02x}")).collect();
         let how = if r.in_place {
@@ -90,8 +93,7 @@ pub fn seal(data: PathBuf, id: &str, output: Option<&std::path::Path>) -> Result
         };
         println!(
             "sealed {id}: {} ({} bytes, {how}, identity {hex})",
-            r.path.display(),
-            r.size,
+            r.at, r.size,
         );
         Ok(())
     })

@@ -87,6 +87,10 @@ pub struct RemoteArgs {
     /// An S3 endpoint other than AWS's, e.g. http://127.0.0.1:8333.
     #[arg(long, env = "ZNIPPY_S3_ENDPOINT")]
     s3_endpoint: Option<String>,
+    /// Redirect downloads of sealed archives to presigned URLs of their
+    /// objects (valid 15 minutes), so large downloads bypass the nodes.
+    #[arg(long, env = "ZNIPPY_PRESIGN")]
+    pub presign: bool,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -105,6 +109,7 @@ impl RemoteArgs {
                 ("--catalog-warehouse", self.catalog_warehouse.is_some()),
                 ("--warehouse", self.warehouse.is_some()),
                 ("--s3-endpoint", self.s3_endpoint.is_some()),
+                ("--presign", self.presign),
             ];
             if let Some((flag, _)) = rest_only.iter().find(|(_, set)| *set) {
                 bail!("{flag} goes with --catalog rest");
@@ -142,6 +147,7 @@ pub fn run(args: ServeArgs) -> Result<()> {
         listen: args.listen,
         token: args.token.filter(|t| !t.is_empty()),
         private_reads: args.private_reads,
+        presign: args.remote.presign,
         insecure_open: args.insecure_open,
         max_body: args.max_body,
         threads,

@@ -91,9 +91,15 @@ pub fn cli_reference(dir: &Path, props: ArchiveProps, steps: &[Step]) -> Vec<u8>
 /// Plays `steps` on archive "a" of a fresh store in `dir`.
 pub async fn play(dir: &Path, props: ArchiveProps, steps: &[Step]) -> Store {
     let store = Store::open(&dir.join("store"), 2).await.unwrap();
+    play_on(&store, "a", props, steps).await;
+    store
+}
+
+/// Plays `steps` on a new archive `id` of `store`.
+pub async fn play_on(store: &Store, id: &str, props: ArchiveProps, steps: &[Step]) {
     store
         .create(
-            "a",
+            id,
             CreateOptions {
                 props,
                 with_meta: false,
@@ -104,14 +110,13 @@ pub async fn play(dir: &Path, props: ArchiveProps, steps: &[Step]) -> Store {
     for step in steps {
         match step {
             Step::Append(files) => {
-                store.append("a", inputs(files), None).await.unwrap();
+                store.append(id, inputs(files), None).await.unwrap();
             }
             Step::Delete(p) => {
-                store.delete_file("a", p).await.unwrap();
+                store.delete_file(id, p).await.unwrap();
             }
         }
     }
-    store
 }
 
 /// Every zstd frame that starts anywhere in `bytes`, decoded as far as it goes.
