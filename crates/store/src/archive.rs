@@ -275,6 +275,9 @@ pub struct LiveArchive {
     /// A group commit failed: the blobs past the committed end (and the
     /// engine that wrote them) are to be dropped before the next append.
     broken: bool,
+    /// Where the first of the appends now pending (queued, committing or
+    /// writing) started: every committed blob lies below it.
+    pending_floor: u64,
     threads: usize,
 }
 
@@ -498,6 +501,7 @@ impl LiveArchive {
             queue: Vec::new(),
             committing: false,
             broken: false,
+            pending_floor: 0,
             threads,
         };
         archive.engine = Some(archive.fresh_engine()?);
@@ -506,18 +510,23 @@ impl LiveArchive {
 
     /// An engine whose dedupe map holds exactly the committed live slices.
     fn fresh_engine(&self) -> Result<Engine> {
+        Ok(Engine::resume(
+            self.props,
+            self.threads,
+            &self.live_rows(),
+            self.blob_end,
+        )?)
+    }
+
+    /// The committed live slices, in chunk order.
+    fn live_rows(&self) -> Vec<SliceRow> {
         let mut rows: Vec<SliceRow> = self
             .live
             .values()
             .flat_map(|f| f.rows.iter().cloned())
             .collect();
         rows.sort_by_key(|r| r.chunk_seq);
-        Ok(Engine::resume(
-            self.props,
-            self.threads,
-            &rows,
-            self.blob_end,
-        )?)
+        rows
     }
 
     /// The archive's live files, in path order, starting with `prefix`.
@@ -614,7 +623,24 @@ impl LiveArchive {
         let engine = match self.engine.take() {
             // A stale engine goes on while appends are queued or committing:
             // its blob end and chunk numbers run ahead of the committed state.
-            Some(e) if !(self.engine_stale && self.settled()) => e,
+            Some(mut e) if !(self.engine_stale && self.settled()) => {
+                if self.blobs.is_segments() && !self.settled() {
+                    // On a shared catalog the pending appends may lose a
+                    // commit race and move, with every offset from the
+                    // first one's start on (another node's blobs may be
+                    // committed there by then). So an append that starts
+                    // behind them dedupes only into blobs below that
+                    // start, which never move.
+                    let floor = self.pending_floor;
+                    let below: Vec<SliceRow> = self
+                        .live_rows()
+                        .into_iter()
+                        .filter(|r| r.blob_offset + r.blob_size <= floor)
+                        .collect();
+                    e.forget_all_but(&below);
+                }
+                e
+            }
             // Settled, checked above when the engine is missing.
             _ => {
                 self.engine_stale = false;
@@ -622,6 +648,9 @@ impl LiveArchive {
             }
         };
         let start = engine.blob_end();
+        if self.settled() {
+            self.pending_floor = start;
+        }
         Ok(PendingBlobs {
             engine,
             blobs: Arc::clone(&self.blobs),
@@ -801,6 +830,12 @@ impl LiveArchive {
         }
     }
 
+    /// Whether the state moved past the snapshot `group` was built on: a
+    /// read that caught up after the group's commit landed has folded it in.
+    pub(crate) fn moved_past(&self, group: &Group) -> bool {
+        self.snapshot_id != group.base
+    }
+
     /// Refuses a batch that would put a path below a live file or link, or a
     /// file above live paths (`x` and `x/y` cannot both be extracted), or a
     /// name that is a live one in NFC.
@@ -871,51 +906,58 @@ impl LiveArchive {
     }
 
     /// Moves the queued appends to the committed end, where another node's
-    /// commit may have put it since they were written: their rows' blob
-    /// offsets and their segments' starts shift by the same amount (a
-    /// segment's bytes do not depend on where it starts, and a row that
-    /// deduplicates into a committed blob points below the move), and their
-    /// chunk numbers follow the committed ones. The engine that wrote them
-    /// knew the old end, so the next append gets a fresh one.
-    /// Returns whether they moved.
+    /// commit may have put it since they were written, each right after the
+    /// one before it (an append written while an earlier one was moved
+    /// follows where that one was): its rows' blob offsets from its start on
+    /// and its segment's start shift by the same amount (a segment's bytes
+    /// do not depend on where it starts, and a row that deduplicates into a
+    /// committed blob points below every pending append, see
+    /// `begin_append`), and its chunk numbers follow the ones before. The
+    /// engine that wrote them knew the old end, so the next append gets a
+    /// fresh one. Returns whether any moved.
     fn move_to_end(&mut self, queue: &mut [Queued]) -> bool {
-        let Some(first) = queue.first() else {
-            return false;
-        };
-        let (from, to) = (first.start, self.blob_end);
-        let rows = || queue.iter().flat_map(|q| &q.rows);
-        let chunks_from = rows().map(|r| r.chunk_seq).min().unwrap_or(0);
-        let chunks_to = self
+        let mut at = self.blob_end;
+        let mut chunk_at = self
             .live
             .values()
             .flat_map(|f| &f.rows)
             .map(|r| r.chunk_seq + 1)
             .max()
-            .unwrap_or(0)
-            .max(chunks_from);
-        if from == to && chunks_from == chunks_to {
-            return false;
-        }
-        let moved = |offset: u64| {
-            if offset >= from {
-                offset - from + to
-            } else {
-                offset
-            }
-        };
+            .unwrap_or(0);
+        let mut any = false;
         for q in queue.iter_mut() {
-            q.start = moved(q.start);
-            q.end = moved(q.end);
-            if let Some(s) = &mut q.segment {
-                s.start = moved(s.start);
+            let (from, to) = (q.start, at);
+            let chunks_from = q.rows.iter().map(|r| r.chunk_seq).min().unwrap_or(chunk_at);
+            let chunks_to = chunk_at.max(chunks_from);
+            if from != to || chunks_from != chunks_to {
+                any = true;
+                let moved = |offset: u64| {
+                    if offset >= from {
+                        offset - from + to
+                    } else {
+                        offset
+                    }
+                };
+                q.start = to;
+                q.end = moved(q.end);
+                if let Some(s) = &mut q.segment {
+                    s.start = moved(s.start);
+                }
+                for r in &mut q.rows {
+                    r.blob_offset = moved(r.blob_offset);
+                    r.chunk_seq = r.chunk_seq - chunks_from + chunks_to;
+                }
             }
-            for r in &mut q.rows {
-                r.blob_offset = moved(r.blob_offset);
-                r.chunk_seq = r.chunk_seq - chunks_from + chunks_to;
-            }
+            at = q.end;
+            chunk_at = q
+                .rows
+                .iter()
+                .map(|r| r.chunk_seq + 1)
+                .max()
+                .unwrap_or(chunk_at);
         }
-        self.engine_stale = true;
-        true
+        self.engine_stale |= any;
+        any
     }
 
     /// Puts a group whose commit lost a race back at the head of the queue,
@@ -928,10 +970,18 @@ impl LiveArchive {
     }
 
     /// Catches up with what other nodes committed to the tables since the
-    /// state was derived: their rows (and ours, when called after our own
-    /// commit) folded in append order, their segments added to the map.
+    /// state was derived: their rows (and ours, when a read catches up
+    /// before our commit is folded in) in append order, their segments
+    /// added to the map.
     /// A no-op in a data directory, where this store is the only writer.
     pub(crate) async fn refresh(&mut self, catalog: &Backend) -> Result<()> {
+        self.refresh_files(catalog).await?;
+        self.refresh_meta(catalog).await
+    }
+
+    /// [`LiveArchive::refresh`] of the `files` table alone: what reads of
+    /// files need (one catalog round trip, not two).
+    pub(crate) async fn refresh_files(&mut self, catalog: &Backend) -> Result<()> {
         if !self.blobs.is_segments() || self.sealed.is_some() || self.dropped {
             return Ok(());
         }
@@ -951,8 +1001,15 @@ impl LiveArchive {
                 // Another node sealed it: its rows above still list the
                 // files; their bytes are read from the sealed file now.
                 self.sealed_by(catalog, sealed)?;
-                return Ok(());
             }
+        }
+        Ok(())
+    }
+
+    /// [`LiveArchive::refresh`] of the `meta` table alone.
+    async fn refresh_meta(&mut self, catalog: &Backend) -> Result<()> {
+        if !self.blobs.is_segments() || self.sealed.is_some() || self.dropped {
+            return Ok(());
         }
         let meta = catalog.load_table(&self.meta_ident).await?;
         let now = meta.metadata().current_snapshot_id();

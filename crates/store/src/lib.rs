@@ -344,9 +344,9 @@ impl Slot {
     ///
     /// On a shared catalog a group that loses the commit race to another
     /// node is put back, the state catches up with the winner, and the
-    /// group is moved past it and committed again; after its commit the
-    /// state catches up once more, so that what it acknowledges is
-    /// readable, in order with what other nodes committed.
+    /// group is moved past it and committed again. A group that commits
+    /// directly follows the snapshot it was built on, which is the state's,
+    /// so what it acknowledges is readable once it is folded in.
     async fn commit_queued(&self, catalog: &Backend) -> bool {
         let shared = catalog.redb().is_none();
         let mut lost = 0;
@@ -379,16 +379,11 @@ impl Slot {
                     }
                 }
                 committed => {
-                    let mut folded = false;
-                    if committed.is_ok() {
-                        match state.refresh(catalog).await {
-                            Ok(()) => folded = true,
-                            // Committed, so acknowledged: the group is folded
-                            // in by hand (it directly follows the snapshot
-                            // the state knows), and the next read catches up.
-                            Err(e) => tracing::warn!("catching up after a commit: {e}"),
-                        }
-                    }
+                    // A commit pinned to the state's snapshot follows it
+                    // directly, so the group is folded in by hand; unless
+                    // the state moved meanwhile, which only a read that
+                    // caught up with this very commit can have done.
+                    let folded = committed.is_ok() && state.moved_past(&group);
                     let due = matches!(&committed, Ok((c, _)) if c.maintenance_due);
                     state.apply_group(group, committed, folded);
                     return due;
@@ -653,19 +648,24 @@ impl Store {
     /// The archive's state, locked, for a read: an archive dropped while the
     /// read waited for the lock is no archive, as it is to every read after.
     /// On a shared catalog the state first catches up with what other
-    /// nodes committed, so a file another node acknowledged is readable.
-    async fn live(&self, id: &str) -> Result<OwnedMutexGuard<LiveArchive>> {
+    /// nodes committed, so a file another node acknowledged is readable:
+    /// with the `meta` table too when the read is of metadata.
+    async fn live(&self, id: &str, meta: bool) -> Result<OwnedMutexGuard<LiveArchive>> {
         let mut a = Arc::clone(&self.slot(id).await?.state).lock_owned().await;
         if a.dropped {
             return Err(StoreError::NoArchive(id.to_string()));
         }
-        a.refresh(&self.catalog).await?;
+        if meta {
+            a.refresh(&self.catalog).await?;
+        } else {
+            a.refresh_files(&self.catalog).await?;
+        }
         Ok(a)
     }
 
     /// What the archive holds.
     pub async fn info(&self, id: &str) -> Result<ArchiveInfo> {
-        let a = self.live(id).await?;
+        let a = self.live(id, true).await?;
         Ok(ArchiveInfo {
             id: id.to_string(),
             state: if a.sealed.is_some() {
@@ -753,8 +753,8 @@ impl Store {
         let budget = self.budget.clone();
         let changes = self.changes.clone();
         self.run_to_end(async move {
-            let (queued, writer) = {
-                let writer = slot.writer.lock().await;
+            let queued = {
+                let _writer = slot.writer.lock().await;
                 let _memory = budget.take(slot.engine_bound).await?;
                 let pending = {
                     let mut state = slot.state.lock().await;
@@ -779,13 +779,8 @@ impl Store {
                     slot.flush(&catalog).await;
                     slot.state.lock().await.abandon_append();
                 }
-                (queued, writer)
-            };
-            let queued = queued?;
-            // On a shared catalog the next append waits for this one's
-            // commit: it could deduplicate into blobs that a lost commit
-            // race would move.
-            let _writer = (catalog.redb().is_none()).then_some(writer);
+                queued
+            }?;
             let receipt = {
                 let _commit = slot.commit.lock().await;
                 let mut queued = queued;
@@ -853,13 +848,13 @@ impl Store {
     /// Opens one file for reading. The archive's lock is held only to take the
     /// file's rows, so long reads do not hold up appends.
     pub async fn open_file(&self, id: &str, path: &str) -> Result<FileReader> {
-        let a = self.live(id).await?;
+        let a = self.live(id, false).await?;
         a.open_file(path, self.scratches.clone())
     }
 
     /// Live files whose paths start with `prefix`, in path order.
     pub async fn list_files(&self, id: &str, prefix: &str) -> Result<Vec<Entry>> {
-        let a = self.live(id).await?;
+        let a = self.live(id, false).await?;
         Ok(a.entries(prefix))
     }
 
@@ -872,7 +867,7 @@ impl Store {
         after: Option<&str>,
         limit: usize,
     ) -> Result<Vec<Entry>> {
-        let a = self.live(id).await?;
+        let a = self.live(id, false).await?;
         Ok(a.entries_page(prefix, after, limit))
     }
 
@@ -880,7 +875,7 @@ impl Store {
     /// directory the file was opened when the archive was, so a drop that
     /// follows cannot pull it from under the reader.
     pub async fn open_sealed(&self, id: &str) -> Result<Option<OpenSealed>> {
-        let a = self.live(id).await?;
+        let a = self.live(id, false).await?;
         let Some(sealed) = &a.sealed else {
             return Ok(None);
         };
@@ -901,7 +896,7 @@ impl Store {
         method: reqwest::Method,
         expires: std::time::Duration,
     ) -> Result<Option<String>> {
-        let a = self.live(id).await?;
+        let a = self.live(id, false).await?;
         let Some(SealedAt::Object(key)) = a.sealed.as_ref().map(|s| &s.at) else {
             return Ok(None);
         };
@@ -910,7 +905,7 @@ impl Store {
 
     /// One live file.
     pub async fn stat(&self, id: &str, path: &str) -> Result<Entry> {
-        let a = self.live(id).await?;
+        let a = self.live(id, false).await?;
         a.stat(path)
     }
 
@@ -950,7 +945,7 @@ impl Store {
 
     /// The archive's metadata (absent, or a table).
     pub async fn metadata(&self, id: &str) -> Result<Metadata> {
-        let a = self.live(id).await?;
+        let a = self.live(id, true).await?;
         Ok(a.meta.clone())
     }
 
@@ -969,7 +964,7 @@ impl Store {
         after: Option<&MetaCursor>,
         limit: &PageLimit,
     ) -> Result<(MetaSearch, bool)> {
-        let a = self.live(id).await?;
+        let a = self.live(id, true).await?;
         Ok(a.meta.page(query, after, limit))
     }
 
