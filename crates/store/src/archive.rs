@@ -1653,4 +1653,78 @@ mod tests {
         }
         store.close().await;
     }
+
+    /// A queued append with blobs `[start, end)` (one row per blob of 10
+    /// bytes from `start`, chunk numbers from `chunk`) and one row that
+    /// deduplicates into the committed blob at 0.
+    fn queued(start: u64, end: u64, chunk: u64) -> super::Queued {
+        let row = |offset: u64, chunk_seq: u64| znippy_format::SliceRow {
+            relative_path: format!("f{offset}"),
+            chunk_seq,
+            fdata_offset: 0,
+            uncompressed_size: 10,
+            blob_offset: offset,
+            blob_size: 10,
+            blob_inner_offset: 0,
+            compressed: false,
+            checksum: [0; 32],
+            mode: None,
+        };
+        let mut rows = vec![row(0, chunk)];
+        rows.extend(
+            (start..end)
+                .step_by(10)
+                .zip(chunk + 1..)
+                .map(|(o, c)| row(o, c)),
+        );
+        super::Queued {
+            rows,
+            stats: znippy_format::BatchStats::default(),
+            meta: None,
+            start,
+            end,
+            segment: None,
+            done: oneshot::channel().0,
+        }
+    }
+
+    /// Appends move to the committed end one after another: one written
+    /// while the append ahead of it was moved (so it starts where that one
+    /// used to end) follows where that one is now, and rows that
+    /// deduplicate into committed blobs stay.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn queued_appends_follow_each_other_to_the_committed_end() {
+        let tmp = tempfile::tempdir().unwrap();
+        let (store, slot) = archive(tmp.path()).await;
+        let mut state = slot.state.lock().await;
+        let committed_chunks = state.live_rows().len() as u64;
+        // Another node committed up to 100; `ahead` was moved there already,
+        // `behind` was written before that, after where `ahead` was.
+        state.blob_end = 100;
+        let mut queue = [queued(100, 130, committed_chunks), queued(60, 80, 2)];
+        assert!(state.move_to_end(&mut queue));
+        let [ahead, behind] = &queue;
+        assert_eq!((ahead.start, ahead.end), (100, 130));
+        assert_eq!((behind.start, behind.end), (130, 150));
+        let offsets = |q: &super::Queued| q.rows.iter().map(|r| r.blob_offset).collect::<Vec<_>>();
+        assert_eq!(offsets(behind), [0, 130, 140]);
+        let chunks: Vec<u64> = queue
+            .iter()
+            .flat_map(|q| &q.rows)
+            .map(|r| r.chunk_seq)
+            .collect();
+        let expected: Vec<u64> = (committed_chunks..committed_chunks + 7).collect();
+        assert_eq!(chunks, expected, "chunk numbers follow on");
+        // Numbers already past the committed ones stay as they are.
+        let mut later = [queued(150, 160, committed_chunks + 50)];
+        state.blob_end = 150;
+        state.move_to_end(&mut later);
+        assert_eq!(later[0].rows[0].chunk_seq, committed_chunks + 50);
+        // In place already: nothing moves.
+        state.blob_end = 100;
+        let mut again = [queued(100, 120, committed_chunks)];
+        assert!(!state.move_to_end(&mut again));
+        drop(state);
+        store.close().await;
+    }
 }
