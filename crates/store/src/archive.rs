@@ -446,7 +446,10 @@ impl LiveArchive {
         let live = live_files(all_rows)?;
         let dead = row_count != live.values().map(|f| f.rows.len()).sum::<usize>();
         let meta_rows = tables::meta_rows(&tables::scan_all(&meta).await?)?;
-        let meta = live_meta(meta_rows, props.with_meta)?;
+        // Facts committed say the archive has metadata, whatever the
+        // namespace (which a REST catalog's client cannot update) says.
+        let with_meta = props.with_meta || meta.metadata().current_snapshot_id().is_some();
+        let meta = live_meta(meta_rows, with_meta)?;
         // Archives sealed before seals committed a snapshot have only the
         // namespace's word for it.
         let sealed = match sealed_of(catalog, &files)? {
@@ -772,8 +775,8 @@ impl LiveArchive {
     /// Folds a committed group into the state and acknowledges its appends;
     /// or, if the commit failed, fails them and marks the blobs past the
     /// committed end for dropping.
-    /// On object storage the rows were folded in already, by the refresh
-    /// that followed the commit (`folded`).
+    /// `folded`: the rows are in the state already (on a shared catalog, a
+    /// read caught up with the commit before it was applied).
     pub(crate) fn apply_group(
         &mut self,
         group: Group,

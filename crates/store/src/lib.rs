@@ -275,7 +275,13 @@ pub(crate) async fn mirror_seal(
     Ok(catalog.update_namespace(ns, p).await?)
 }
 
+/// Records that the archive has a metadata section, on the embedded catalog.
+/// On a REST catalog, whose namespaces iceberg-rust cannot update, the
+/// `meta` table's first snapshot says it (see `LiveArchive::open`).
 pub(crate) async fn set_has_meta(catalog: &Backend, ns: &NamespaceIdent) -> Result<()> {
+    if catalog.redb().is_none() {
+        return Ok(());
+    }
     set_ns_prop(catalog, ns, P_META, "true").await
 }
 

@@ -99,6 +99,24 @@ async fn append_read_replace_delete_and_restart_on_object_storage() {
     store.drop_archive("a1").await.unwrap();
     assert!(segments().await.unwrap().is_empty());
     assert!(store.list().await.unwrap().is_empty());
+
+    // An archive made without metadata takes its first facts (the REST
+    // catalog's namespace cannot record it; the meta table's snapshot does).
+    create(&store, "m", false).await;
+    let mut facts = MetaTable::new();
+    facts.set(Some("f"), "k", MetaValue::I64(7)).unwrap();
+    store
+        .append("m", vec![file("f", b"x")], Some(facts))
+        .await
+        .unwrap();
+    let reopened = open().await;
+    for s in [&store, &reopened] {
+        assert!(s.info("m").await.unwrap().with_meta);
+        assert!(matches!(
+            s.meta_by_key("m", "k").await.unwrap(),
+            MetaSearch::Hits(h) if h.len() == 1
+        ));
+    }
 }
 
 /// The tables in SeaweedFS's catalog, the blobs in its plain bucket.
