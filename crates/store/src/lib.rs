@@ -765,8 +765,9 @@ impl Store {
                 let pending = {
                     let mut state = slot.state.lock().await;
                     // On a shared catalog the append starts where the other
-                    // nodes have left the archive.
-                    state.refresh(&catalog).await?;
+                    // nodes have left the `files` table (their facts are
+                    // folded in by the next read of metadata).
+                    state.refresh_files(&catalog).await?;
                     state.begin_append()?
                 };
                 let written = archive::write_blobs(pending, files).await;
