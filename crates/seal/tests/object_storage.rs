@@ -12,7 +12,7 @@ use common::{append_of, cli_reference, play_on, text, Step};
 use futures::TryStreamExt;
 use object_store::ObjectStore;
 use sha2::{Digest, Sha256};
-use znippy_format::{ArchiveProps, InputFile, ReadAt};
+use znippy_format::{ArchiveProps, InputFile, MetaSearch, MetaTable, MetaValue, ReadAt};
 use znippy_seal::seal;
 use znippy_store::{Remote, RemoteConfig, SealedAt, State, Store, StoreError, StoreOptions};
 use znippy_testkit::seaweed::{self, Seaweed};
@@ -215,9 +215,21 @@ async fn seals_race_on_a_shared_catalog() {
     let e = nodes[0].finish_seal(guard, &plan, stale).await.unwrap_err();
     assert!(e.is_conflict(), "{e}");
     assert!(objects(&remote, "late").await.1.is_empty());
+    let mut facts = MetaTable::new();
+    facts.set(Some("a"), "k", MetaValue::I64(1)).unwrap();
+    nodes[0]
+        .append("late", Vec::new(), Some(facts))
+        .await
+        .unwrap();
     seal(&nodes[0], "late").await.unwrap();
+    // Node 1 learns of the seal on a read of a file, and of node 0's facts
+    // with it: they are final.
     let mut c = Vec::new();
     nodes[1].read_file("late", "c", &mut c).await.unwrap();
     assert_eq!(c, text(3, 7000));
+    assert!(matches!(
+        nodes[1].meta_by_key("late", "k").await.unwrap(),
+        MetaSearch::Hits(h) if h.len() == 1
+    ));
     assert_eq!(nodes[1].info("late").await.unwrap().files, 3);
 }

@@ -978,14 +978,16 @@ impl LiveArchive {
     /// added to the map.
     /// A no-op in a data directory, where this store is the only writer.
     pub(crate) async fn refresh(&mut self, catalog: &Backend) -> Result<()> {
-        self.refresh_files(catalog).await?;
-        self.refresh_meta(catalog).await
+        if self.others_may_change() {
+            self.catch_up_meta(catalog).await?;
+        }
+        self.refresh_files(catalog).await
     }
 
     /// [`LiveArchive::refresh`] of the `files` table alone: what reads of
     /// files need (one catalog round trip, not two).
     pub(crate) async fn refresh_files(&mut self, catalog: &Backend) -> Result<()> {
-        if !self.blobs.is_segments() || self.sealed.is_some() || self.dropped {
+        if !self.others_may_change() {
             return Ok(());
         }
         let files = catalog.load_table(&self.files_ident).await?;
@@ -1002,18 +1004,23 @@ impl LiveArchive {
             self.engine_stale = true;
             if let Some(sealed) = sealed_of(catalog, &files)? {
                 // Another node sealed it: its rows above still list the
-                // files; their bytes are read from the sealed file now.
+                // files, whose bytes are read from the sealed file now, and
+                // its facts are final, so they are caught up with too.
+                self.catch_up_meta(catalog).await?;
                 self.sealed_by(catalog, sealed)?;
             }
         }
         Ok(())
     }
 
-    /// [`LiveArchive::refresh`] of the `meta` table alone.
-    async fn refresh_meta(&mut self, catalog: &Backend) -> Result<()> {
-        if !self.blobs.is_segments() || self.sealed.is_some() || self.dropped {
-            return Ok(());
-        }
+    /// Whether other nodes may change the tables under the state: on a
+    /// shared catalog, until the archive is sealed or dropped.
+    fn others_may_change(&self) -> bool {
+        self.blobs.is_segments() && self.sealed.is_none() && !self.dropped
+    }
+
+    /// Folds in the `meta` rows committed since the state's `meta` snapshot.
+    async fn catch_up_meta(&mut self, catalog: &Backend) -> Result<()> {
         let meta = catalog.load_table(&self.meta_ident).await?;
         let now = meta.metadata().current_snapshot_id();
         if now != self.meta_snapshot_id {
