@@ -18,16 +18,45 @@ use arrow_schema::{DataType, SchemaRef};
 
 use crate::error::{Error, Result};
 use crate::io::ReadAt;
+use crate::path::MAX_PATH_LEN;
 use crate::schema::{check_version, BATCH_ROWS, BATCH_ROWS_KEY, VERSION_KEY};
 
 /// How a section's Arrow buffers are stored.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Body {
-    /// Plain buffers: an mmap reader decodes them zero-copy (lookup, meta, manifest).
+    /// Plain buffers: an mmap reader decodes them zero-copy (meta, manifest).
     Plain,
-    /// zstd-compressed buffers (Arrow IPC body compression), for sections that are
-    /// only ever read whole (the data sub-indexes).
+    /// zstd-compressed buffers (Arrow IPC body compression): the data sub-indexes
+    /// and, from format version 3, the lookup.
     Zstd,
+}
+
+/// Most bytes one record batch of a section may decode to, checked before arrow
+/// allocates anything: what a crafted length prefix can cost.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Decoded {
+    /// At most this many bytes, whatever the batch's length (sections whose
+    /// buffers are plain, so that nothing decodes to more than the section).
+    AtMost(u64),
+    /// At most what the batch's rows of base columns can hold when every path
+    /// is as long as a path may be: the bound of the compressed lookup and data
+    /// sub-indexes, whose honest size is unknown until they are decoded.
+    BaseRows,
+}
+
+/// Largest decoded size of one row of the base columns: the path, its offset,
+/// six u64s, the checksum, the mode, and a byte for the validity and boolean bits.
+const BASE_ROW_MAX: u64 = MAX_PATH_LEN as u64 + 4 + 6 * 8 + 32 + 4 + 2;
+
+impl Decoded {
+    /// The limit for a batch of `rows` rows stored in `buffers` buffers, each
+    /// of which may be padded to Arrow's 64-byte alignment.
+    fn limit(self, rows: u64, buffers: u64) -> u64 {
+        match self {
+            Decoded::AtMost(n) => n,
+            Decoded::BaseRows => rows * BASE_ROW_MAX + 64 * buffers,
+        }
+    }
 }
 
 /// Encodes `batch` as an Arrow IPC file with record batches of `batch_rows` rows
@@ -77,8 +106,7 @@ pub(crate) struct IpcSection {
     version: MetadataVersion,
     schema: SchemaRef,
     metadata: HashMap<String, String>,
-    /// Most bytes one batch may decode to; bounds what a crafted length can cost.
-    decoded_limit: u64,
+    decoded: Decoded,
 }
 
 impl IpcSection {
@@ -92,7 +120,7 @@ impl IpcSection {
         len: u64,
         rows: Option<u64>,
         schema: SchemaRef,
-        decoded_limit: u64,
+        decoded: Decoded,
     ) -> Result<Self> {
         let bad = |m: String| Error::corrupt(format!("{name} section: {m}"));
         if len < 18 {
@@ -172,7 +200,7 @@ impl IpcSection {
             version: footer.version(),
             schema,
             metadata,
-            decoded_limit,
+            decoded,
         })
     }
 
@@ -207,7 +235,7 @@ impl IpcSection {
             &bytes,
             block.metaDataLength() as usize,
             &self.schema,
-            self.decoded_limit,
+            self.decoded,
         )
         .map_err(|m| Error::corrupt(format!("{}: batch {i}: {m}", self.name)))?;
         let buf = Buffer::from_vec(bytes);
@@ -249,12 +277,12 @@ pub(crate) fn read_at(src: &dyn ReadAt, buf: &mut [u8], offset: u64, what: &str)
 /// its buffers panics, and a compressed buffer's length prefix sizes an
 /// allocation. Our sections hold only flat columns, so the whole message can be
 /// checked here first: node lengths and null counts against the batch length,
-/// buffers against the body, and the decoded size against `decoded_limit`.
+/// buffers against the body, and the decoded size against `bound`.
 fn check_message(
     block: &[u8],
     meta_len: usize,
     schema: &SchemaRef,
-    decoded_limit: u64,
+    bound: Decoded,
 ) -> Result<(), String> {
     let meta = block.get(..meta_len).ok_or("metadata past the block")?;
     let body = &block[meta_len..];
@@ -338,10 +366,90 @@ fn check_message(
             decoded_total = decoded_total.saturating_add(decoded);
         }
     }
+    let decoded_limit = bound.limit(len, b as u64);
     if decoded_total > decoded_limit {
         return Err(format!(
             "decodes to {decoded_total} bytes, more than the {decoded_limit} allowed"
         ));
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::row::{self, SliceRow};
+    use crate::schema::base_schema;
+
+    fn section(body: Body) -> Vec<u8> {
+        let rows: Vec<SliceRow> = (0..300)
+            .map(|i| SliceRow {
+                relative_path: format!("dir/file{i:04}"),
+                chunk_seq: i,
+                fdata_offset: 0,
+                uncompressed_size: 10,
+                blob_offset: 10 * i,
+                blob_size: 10,
+                blob_inner_offset: 0,
+                compressed: false,
+                checksum: [7; 32],
+                mode: Some(0o644),
+            })
+            .collect();
+        let batch = row::to_batch(rows.iter()).unwrap();
+        encode(&base_schema(), &batch, body, 100, 3).unwrap()
+    }
+
+    fn open(bytes: &[u8], bound: Decoded) -> IpcSection {
+        let len = bytes.len() as u64;
+        IpcSection::open(&bytes, "lookup", 0, len, Some(300), base_schema(), bound).unwrap()
+    }
+
+    /// Overwrites the length prefix of the first compressed buffer of batch 1.
+    fn claim(bytes: &mut [u8], sec: &IpcSection, decoded: i64) {
+        let block = sec.blocks[1];
+        let meta_start = block.offset() as usize;
+        let body_start = meta_start + block.metaDataLength() as usize;
+        let meta = &bytes[meta_start + 8..body_start];
+        let msg = arrow_ipc::root_as_message(meta).unwrap();
+        let rb = msg.header_as_record_batch().unwrap();
+        let buf = rb
+            .buffers()
+            .unwrap()
+            .iter()
+            .find(|b| b.length() >= 8)
+            .unwrap();
+        let at = body_start + buf.offset() as usize;
+        bytes[at..at + 8].copy_from_slice(&decoded.to_le_bytes());
+    }
+
+    #[test]
+    fn a_compressed_batch_decodes_within_what_its_rows_can_hold() {
+        let mut bytes = section(Body::Zstd);
+        let sec = open(&bytes, Decoded::BaseRows);
+        for i in 0..3 {
+            assert_eq!(sec.batch(&bytes.as_slice(), i).unwrap().num_rows(), 100);
+        }
+        // 100 rows of base columns hold at most about 400 KiB: a claim of a
+        // terabyte is refused before anything is allocated for it.
+        claim(&mut bytes, &sec, 1 << 40);
+        let err = sec.batch(&bytes.as_slice(), 1).unwrap_err().to_string();
+        assert!(err.contains("more than the 419944 allowed"), "{err}");
+    }
+
+    #[test]
+    fn a_plain_section_may_not_decode_to_more_than_its_length() {
+        let bytes = section(Body::Plain);
+        let len = bytes.len() as u64;
+        assert!(open(&bytes, Decoded::AtMost(len))
+            .batch(&bytes.as_slice(), 0)
+            .is_ok());
+        let err = open(&bytes, Decoded::AtMost(100))
+            .batch(&bytes.as_slice(), 0)
+            .unwrap_err();
+        assert!(
+            err.to_string().contains("more than the 100 allowed"),
+            "{err}"
+        );
+    }
 }

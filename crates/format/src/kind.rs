@@ -2,11 +2,9 @@
 //!
 //! The kind rides in the file-type bits of `mode` (`st_mode & S_IFMT`), as tar
 //! and squashfs keep it, so the index columns stay the ones every external
-//! reader already knows. A regular file keeps no type bits at all: an archive
-//! of plain files is byte for byte what format version 1 wrote, and stays
-//! version 1. An archive holding a link or a directory entry is written as
-//! version 2, which a version-1 reader refuses with "upgrade znippy" instead
-//! of extracting a link as a file holding its target.
+//! reader already knows. A regular file keeps no type bits at all. Kinds came
+//! with format version 2: a version-1 reader refuses any later archive with
+//! "upgrade znippy" instead of extracting a link as a file holding its target.
 //!
 //! * A **symbolic link**'s content is its target, as written (relative,
 //!   absolute or dangling), 1 to 4096 bytes with no NUL; its mode is
@@ -96,18 +94,5 @@ impl Kind {
             Kind::Dir if !content.is_empty() => bad("a directory entry with content"),
             Kind::Dir => Ok(()),
         }
-    }
-}
-
-/// The format version an archive of rows with these modes is written as: 1
-/// for plain files, 2 once any entry is a link or a directory.
-pub(crate) fn version_for(modes: impl IntoIterator<Item = Option<u32>>) -> u32 {
-    let typed = modes
-        .into_iter()
-        .any(|m| !matches!(m.unwrap_or(0) & S_IFMT, 0 | S_IFREG));
-    if typed {
-        2
-    } else {
-        1
     }
 }

@@ -10,7 +10,7 @@ use arrow_array::types::{Int8Type, UInt64Type};
 use arrow_array::{ArrayRef, RecordBatch};
 
 use crate::error::{Error, Result};
-use crate::ipc::{self, IpcSection};
+use crate::ipc::{self, Decoded, IpcSection};
 use crate::schema::{manifest_schema, BATCH_ROWS, RESERVED, RESERVED_PKG_TYPE};
 
 /// Schema-metadata key recording the end of the blob region.
@@ -99,7 +99,7 @@ pub(crate) fn decode(bytes: &[u8]) -> Result<(Vec<SectionEntry>, HashMap<String,
         len,
         None,
         manifest_schema(HashMap::new()),
-        len,
+        Decoded::AtMost(len),
     )?;
     let md = sec.metadata().clone();
     let mut out = Vec::new();

@@ -20,17 +20,17 @@ use std::sync::OnceLock;
 use crate::blobs::{BlobRegion, BlobScratch};
 use crate::error::{Error, Result};
 use crate::io::ReadAt;
-use crate::ipc::{read_at, IpcSection};
+use crate::ipc::{read_at, Decoded, IpcSection};
 use crate::kind::Kind;
 use crate::manifest::{self, SectionEntry};
 use crate::meta::{MetaTable, Metadata};
 use crate::props::ArchiveProps;
 use crate::row::{check_file_rows, RowBatch, SliceRow};
 use crate::schema::{
-    base_schema, meta_schema, DEFAULT_MODULE, DEFAULT_PKG_TYPE, DEFAULT_REPO, LOOKUP, META,
-    RESERVED_PKG_TYPE, TRIE,
+    base_schema, check_version, meta_schema, DEFAULT_MODULE, DEFAULT_PKG_TYPE, DEFAULT_REPO,
+    LOOKUP, META, RESERVED_PKG_TYPE, TRIE,
 };
-use crate::tail::{write_tail, Tail, ALIGN, FOOTER_LEN, MAGIC};
+use crate::tail::{write_tail_as, Tail, ALIGN, FOOTER_LEN, MAGIC};
 use crate::trie::Trie;
 
 /// Largest manifest a reader accepts (a manifest has a handful of rows).
@@ -72,6 +72,7 @@ pub enum TrieState {
 pub struct Archive<R> {
     src: R,
     len: u64,
+    version: u32,
     props: ArchiveProps,
     blob_end: u64,
     manifest_offset: u64,
@@ -123,6 +124,7 @@ impl<R: ReadAt> Archive<R> {
         let mut mbytes = vec![0u8; (manifest_end - manifest_offset) as usize];
         read_at(&src, &mut mbytes, manifest_offset, "manifest")?;
         let (sections, md) = manifest::decode(&mbytes)?;
+        let version = check_version(&md, "manifest")?;
         let props = ArchiveProps::from_metadata(&md)?;
         let blob_end: u64 = md
             .get(manifest::KEY_BLOB_END)
@@ -164,12 +166,13 @@ impl<R: ReadAt> Archive<R> {
             lookup_entry.index_len,
             Some(lookup_entry.row_count),
             base_schema(),
-            lookup_entry.index_len,
+            Decoded::BaseRows,
         )?;
         let lookup_batches = (0..lookup.num_batches()).map(|_| OnceLock::new()).collect();
         Ok(Archive {
             src,
             len,
+            version,
             props,
             blob_end,
             manifest_offset,
@@ -184,6 +187,11 @@ impl<R: ReadAt> Archive<R> {
     /// The byte source.
     pub fn source(&self) -> &R {
         &self.src
+    }
+
+    /// The format version the archive was written in (docs/format.md, section 4).
+    pub fn format_version(&self) -> u32 {
+        self.version
     }
 
     /// The archive properties.
@@ -431,9 +439,6 @@ impl<R: ReadAt> Archive<R> {
 
     /// Every slice row of the data sections, in chunk_seq order.
     pub fn data_rows(&self) -> Result<Vec<SliceRow>> {
-        // A data section holds the lookup's rows, so it cannot decode to more
-        // than the (uncompressed) lookup takes: that bounds a crafted section.
-        let limit = self.reserved(LOOKUP).map_or(0, |l| l.index_len);
         let mut rows = Vec::new();
         for s in self.sections.iter().filter(|s| !s.is_reserved()) {
             let sec = IpcSection::open(
@@ -443,7 +448,7 @@ impl<R: ReadAt> Archive<R> {
                 s.index_len,
                 Some(s.row_count),
                 base_schema(),
-                limit,
+                Decoded::BaseRows,
             )?;
             for i in 0..sec.num_batches() {
                 let b = RowBatch::new(&sec.batch(&self.src, i)?)?;
@@ -477,7 +482,7 @@ impl<R: ReadAt> Archive<R> {
             s.index_len,
             Some(s.row_count),
             meta_schema(),
-            s.index_len,
+            Decoded::AtMost(s.index_len),
         )?;
         let mut table = MetaTable::new();
         for i in 0..sec.num_batches() {
@@ -545,7 +550,7 @@ impl<R: ReadAt> Archive<R> {
     fn check_canonical_tail(&self, rows: &[SliceRow], meta: &Metadata) -> Result<()> {
         let tail_start = self.blob_end;
         let mut rebuilt = Vec::new();
-        write_tail(
+        write_tail_as(
             &mut rebuilt,
             Tail {
                 props: self.props,
@@ -553,6 +558,7 @@ impl<R: ReadAt> Archive<R> {
                 rows,
                 meta,
             },
+            self.version,
         )?;
         let mut on_disk = vec![0u8; (self.len - tail_start) as usize];
         read_at(&self.src, &mut on_disk, tail_start, "archive tail")?;

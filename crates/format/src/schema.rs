@@ -7,9 +7,11 @@ use arrow_schema::{DataType, Field, Schema, SchemaRef};
 
 use crate::error::{Error, Result};
 
-/// The newest format version this crate writes and reads: 1 for archives of
-/// regular files, 2 once an archive holds links or directories (`kind.rs`).
-pub const FORMAT_VERSION: u32 = 2;
+/// The format version this crate writes, and the newest it reads. Version 1
+/// holds regular files; version 2 adds links and directories (`kind.rs`);
+/// version 3 compresses the lookup's buffers. Older archives are read, and
+/// verified against a tail rebuilt in their own version.
+pub const FORMAT_VERSION: u32 = 3;
 /// Schema-metadata key carrying the format version in every Arrow section.
 pub const VERSION_KEY: &str = "znippy_format_version";
 /// Most rows in one Arrow record batch of any section (docs/format.md, section 4).
@@ -103,14 +105,15 @@ pub fn manifest_schema(md: HashMap<String, String>) -> SchemaRef {
     ))
 }
 
-/// Refuses a section whose format version is missing or newer than ours.
-pub(crate) fn check_version(md: &HashMap<String, String>, what: &str) -> Result<()> {
+/// The major format version of a section, refused when it is missing or newer
+/// than ours.
+pub(crate) fn check_version(md: &HashMap<String, String>, what: &str) -> Result<u32> {
     let found = md
         .get(VERSION_KEY)
         .ok_or_else(|| Error::corrupt(format!("{what} has no {VERSION_KEY}")))?;
     let major = found.split('.').next().and_then(|m| m.parse::<u32>().ok());
     match major {
-        Some(1..=FORMAT_VERSION) => Ok(()),
+        Some(m @ 1..=FORMAT_VERSION) => Ok(m),
         Some(m) if m > FORMAT_VERSION => Err(Error::UnsupportedVersion {
             found: found.clone(),
             supported: FORMAT_VERSION,

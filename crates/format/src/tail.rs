@@ -10,13 +10,15 @@ use std::io::Write;
 
 use crate::error::{Error, Result};
 use crate::ipc::{self, Body};
-use crate::kind::{self, Kind};
+use crate::kind::Kind;
 use crate::manifest::{self, SectionEntry};
 use crate::meta::Metadata;
 use crate::path;
 use crate::props::ArchiveProps;
 use crate::row::{self, SliceRow};
-use crate::schema::{self, base_schema, meta_schema, BATCH_ROWS, LOOKUP_BATCH_ROWS};
+use crate::schema::{
+    self, base_schema, meta_schema, BATCH_ROWS, FORMAT_VERSION, LOOKUP_BATCH_ROWS,
+};
 use crate::trie;
 
 /// Every section starts at a multiple of this.
@@ -53,8 +55,20 @@ pub struct TailInfo {
 
 /// Writes the tail of an archive to `out`, which is positioned at `tail.blob_end`.
 pub fn write_tail(out: &mut dyn Write, tail: Tail<'_>) -> Result<TailInfo> {
+    write_tail_as(out, tail, FORMAT_VERSION)
+}
+
+/// Writes the tail as format `version` wrote it: `verify` rebuilds an older
+/// archive's tail this way. Versions 1 and 2 differ only in the links and
+/// directories they may hold, which the rows already say; before version 3 the
+/// lookup's buffers are plain.
+pub(crate) fn write_tail_as(out: &mut dyn Write, tail: Tail<'_>, version: u32) -> Result<TailInfo> {
     check_rows(&tail)?;
-    let version = kind::version_for(tail.rows.iter().map(|r| r.mode));
+    let lookup_body = if version >= 3 {
+        Body::Zstd
+    } else {
+        Body::Plain
+    };
     let mut w = Aligned {
         out,
         pos: tail.blob_end,
@@ -84,7 +98,7 @@ pub fn write_tail(out: &mut dyn Write, tail: Tail<'_>) -> Result<TailInfo> {
     let lookup = ipc::encode(
         &base_schema(),
         &row::to_batch(sorted.iter().copied())?,
-        Body::Plain,
+        lookup_body,
         LOOKUP_BATCH_ROWS,
         version,
     )?;

@@ -109,7 +109,14 @@ fn list_meta_and_get_cost_the_same_for_payloads_100x_apart() {
     assert_eq!(s.open, l.open, "open");
     assert_eq!(s.list, l.list, "list");
     assert_eq!(s.meta, l.meta, "meta");
-    assert_eq!(s.get_index, l.get_index, "get, index part");
+    // The lookup batch is compressed and holds larger offsets in the larger
+    // archive, so its size differs by a few percent; it does not grow with it.
+    assert!(
+        l.get_index.abs_diff(s.get_index) * 10 < s.get_index,
+        "get, index part: {} vs {}",
+        s.get_index,
+        l.get_index
+    );
     assert!(
         l.get_blobs > 50 * s.get_blobs,
         "the file's own blobs scale with it"

@@ -278,47 +278,6 @@ fn hostile_archives_never_write_outside_or_through_a_link() {
 }
 
 #[test]
-fn an_archive_with_links_is_version_2_and_plain_files_stay_version_1() {
-    let version = |bytes: &[u8]| {
-        let a = Archive::open(bytes.to_vec()).unwrap();
-        let mut v = None;
-        for s in a
-            .sections()
-            .iter()
-            .filter(|s| s.module_name != znippy_format::TRIE)
-        {
-            let sec = &bytes[s.index_offset as usize..(s.index_offset + s.index_len) as usize];
-            let r =
-                arrow_ipc::reader::FileReader::try_new(std::io::Cursor::new(sec), None).unwrap();
-            let found = r.schema().metadata().get("znippy_format_version").cloned();
-            assert!(v.is_none() || v == found, "every section has one version");
-            v = found;
-        }
-        v.unwrap()
-    };
-    let plain = archive(vec![vec![file("a", b"x", 0o644)]]);
-    assert_eq!(version(&plain), "1");
-    let linked = archive(vec![vec![
-        file("a", b"x", 0o644),
-        file("l", b"a", S_IFLNK | 0o777),
-    ]]);
-    assert_eq!(version(&linked), "2");
-    // A link appended to a version-1 archive makes it version 2.
-    let tmp = tempfile::tempdir().unwrap();
-    let p = tmp.path().join("a.znippy");
-    fs::write(&p, &plain).unwrap();
-    append(
-        &p,
-        [file("l", b"a", S_IFLNK | 0o777)],
-        MetaUpdate::default(),
-        1,
-        &mut |_| {},
-    )
-    .unwrap();
-    assert_eq!(version(&fs::read(&p).unwrap()), "2");
-}
-
-#[test]
 fn bad_link_and_directory_entries_are_refused_by_name() {
     for (path, bytes, mode) in [
         ("l", &b""[..], S_IFLNK | 0o777),
