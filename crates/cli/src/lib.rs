@@ -16,6 +16,8 @@ use anyhow::{bail, Context, Result};
 use znippy_format::{scan_dir, MetaSearch, Scan, ScanOptions, ScannedFile};
 
 pub mod meta_args;
+pub mod progress;
+pub mod read;
 
 /// Prints a metadata search of `archive`, one `path key type value` line a
 /// fact (or only the paths), and gives the exit code the `meta` commands

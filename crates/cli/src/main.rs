@@ -1,25 +1,23 @@
 //! `znippy`: compress a directory into a seekable `.znippy` archive, pull single
 //! files back out in milliseconds, list and search metadata without reading blobs.
 
-mod progress;
-
 use std::ffi::OsString;
 use std::fs::{File, TryLockError};
-use std::io::{BufWriter, Write};
-use std::os::unix::ffi::OsStrExt;
+use std::io::BufWriter;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use anyhow::{bail, Context, Result};
 use clap::{Args, Parser, Subcommand};
-use znippy_cli::{gather, meta_args, print_meta, threads};
+use znippy_cli::{gather, meta_args, threads};
 use znippy_format::{
-    extract_all_with, scan_dir, undo_path, Archive, ArchiveProps, ExtractOptions, InputFile, Kind,
+    extract_all_with, scan_dir, undo_path, Archive, ArchiveProps, ExtractOptions, InputFile,
     MetaUpdate, Metadata, Recovery, Scan, ScanOptions, TarEntries,
 };
 
-use progress::{human, Progress};
+use znippy_cli::progress::Progress;
+use znippy_cli::read::ReadCmd;
 
 #[derive(Parser)]
 #[command(
@@ -38,17 +36,8 @@ enum Cmd {
     Compress(CompressArgs),
     /// Extract every file of an archive into a directory.
     Decompress(DecompressArgs),
-    /// List the files of an archive (reads no blob).
-    List(ListArgs),
-    /// Write one file's bytes to stdout or to a file, verified.
-    Get(GetArgs),
-    /// Check every section and every slice against its checksum.
-    Verify(VerifyArgs),
-    /// Show properties, sections, counts and sizes.
-    Info(InfoArgs),
-    /// Search metadata by key or key prefix. Exit status: 0 hits, 1 no match,
-    /// 2 the archive has no metadata section, 3 error.
-    Meta(MetaArgs),
+    #[command(flatten)]
+    Read(ReadCmd),
     /// Live archives in a data directory (the store `znippy serve` runs on).
     #[command(disable_help_flag = true)]
     Live {
@@ -135,59 +124,6 @@ struct DecompressArgs {
 }
 
 #[derive(Args)]
-struct ListArgs {
-    archive: PathBuf,
-    /// Only paths starting with this.
-    #[arg(short, long, default_value = "")]
-    prefix: String,
-    /// Show mode and size too.
-    #[arg(short, long)]
-    long: bool,
-}
-
-#[derive(Args)]
-struct GetArgs {
-    archive: PathBuf,
-    /// Path inside the archive.
-    path: String,
-    /// Write here instead of stdout.
-    #[arg(short, long)]
-    output: Option<PathBuf>,
-}
-
-#[derive(Args)]
-struct VerifyArgs {
-    archive: PathBuf,
-    /// Threads (default: all cores).
-    #[arg(long)]
-    threads: Option<usize>,
-}
-
-#[derive(Args)]
-struct InfoArgs {
-    archive: PathBuf,
-}
-
-#[derive(Args)]
-struct MetaArgs {
-    archive: PathBuf,
-    /// Exact key.
-    #[arg(
-        short,
-        long,
-        conflicts_with = "prefix",
-        required_unless_present = "prefix"
-    )]
-    key: Option<String>,
-    /// Key prefix.
-    #[arg(short, long)]
-    prefix: Option<String>,
-    /// Print only the paths of matching rows ('-' for archive-level rows).
-    #[arg(long)]
-    paths_only: bool,
-}
-
-#[derive(Args)]
 struct AppendArgs {
     archive: PathBuf,
     /// Directories (stored relative to themselves) or files (stored under the
@@ -243,7 +179,7 @@ impl TreeArgs {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    let is_meta = matches!(cli.cmd, Cmd::Meta(_));
+    let is_meta = matches!(cli.cmd, Cmd::Read(ReadCmd::Meta(_)));
     match run(cli.cmd) {
         Ok(code) => code,
         Err(e) => {
@@ -282,11 +218,7 @@ fn run(cmd: Cmd) -> Result<ExitCode> {
     match cmd {
         Cmd::Compress(args) => compress(args)?,
         Cmd::Decompress(args) => decompress(args)?,
-        Cmd::List(args) => list(args)?,
-        Cmd::Get(args) => get(args)?,
-        Cmd::Verify(args) => verify(args)?,
-        Cmd::Info(args) => info(&args.archive)?,
-        Cmd::Meta(args) => return meta(args),
+        Cmd::Read(cmd) => return read(cmd),
         Cmd::Live { args } => return Err(server("live", args)),
         Cmd::Serve { args } => return Err(server("serve", args)),
         Cmd::Gc { args } => return Err(server("gc", args)),
@@ -295,6 +227,20 @@ fn run(cmd: Cmd) -> Result<ExitCode> {
         Cmd::Recover(args) => recover(args)?,
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// Runs a read command on a local archive, or hands one on a URL over to
+/// `znippy-server`, which links the HTTP and S3 clients.
+fn read(cmd: ReadCmd) -> Result<ExitCode> {
+    let archive = cmd.archive();
+    if archive.to_str().is_some_and(|a| {
+        ["http://", "https://", "s3://"]
+            .iter()
+            .any(|p| a.starts_with(p))
+    }) {
+        return Err(server(cmd.name(), std::env::args_os().skip(2).collect()));
+    }
+    cmd.run(&open(archive)?)
 }
 
 fn compress(args: CompressArgs) -> Result<()> {
@@ -369,126 +315,6 @@ fn decompress(args: DecompressArgs) -> Result<()> {
     Ok(())
 }
 
-fn list(args: ListArgs) -> Result<()> {
-    let ListArgs {
-        archive,
-        prefix,
-        long,
-    } = args;
-    let a = open(&archive)?;
-    let mut out = BufWriter::new(std::io::stdout().lock());
-    if long {
-        for e in a.entries(&prefix)? {
-            let kind = e.kind()?;
-            let mode = e
-                .mode
-                .map_or("----".to_string(), |m| format!("{:04o}", m & 0o7777));
-            let path = printable(&e.path);
-            write!(out, "{}{mode} {:>12} {path}", kind.letter(), e.size)?;
-            if kind == Kind::Symlink {
-                let mut target = Vec::new();
-                a.read_file(&e.path, &mut target)?;
-                write!(out, " -> {}", printable(&String::from_utf8_lossy(&target)))?;
-            }
-            writeln!(out)?;
-        }
-    } else {
-        for p in a.list(&prefix)? {
-            writeln!(out, "{}", printable(&p))?;
-        }
-    }
-    out.flush()?;
-    Ok(())
-}
-
-fn get(args: GetArgs) -> Result<()> {
-    let GetArgs {
-        archive,
-        path,
-        output,
-    } = args;
-    let a = open(&archive)?;
-    match output {
-        None => {
-            let mut out = BufWriter::new(std::io::stdout().lock());
-            let e = a.read_entry(&path, &mut out)?;
-            out.flush()?;
-            match e.kind()? {
-                Kind::File => {}
-                Kind::Symlink => {
-                    eprintln!("znippy: {path} is a symbolic link; its target is above")
-                }
-                Kind::Dir => eprintln!("znippy: {path} is an empty directory"),
-            }
-        }
-        Some(dest) => {
-            // Written beside the target and renamed, so a failed check
-            // leaves no half-written file behind.
-            let tmp = dest.with_extension("znippy-get.partial");
-            let mut out = BufWriter::new(
-                File::create(&tmp).with_context(|| format!("creating {}", tmp.display()))?,
-            );
-            let res = a
-                .read_entry(&path, &mut out)
-                .map_err(anyhow::Error::from)
-                .and_then(|e| {
-                    out.flush()?;
-                    Ok(e)
-                });
-            drop(out);
-            let entry = match res {
-                Ok(e) => e,
-                Err(e) => {
-                    let _ = std::fs::remove_file(&tmp);
-                    return Err(e);
-                }
-            };
-            if entry.kind()? == Kind::Symlink {
-                // The link itself, as extraction makes it.
-                let target = std::fs::read(&tmp)?;
-                std::fs::remove_file(&tmp)?;
-                let target = std::ffi::OsStr::from_bytes(&target);
-                std::os::unix::fs::symlink(target, &dest)
-                    .with_context(|| format!("making the link {}", dest.display()))?;
-            } else {
-                std::fs::rename(&tmp, &dest)?;
-            }
-        }
-    }
-    Ok(())
-}
-
-fn verify(args: VerifyArgs) -> Result<()> {
-    let VerifyArgs {
-        archive,
-        threads: t,
-    } = args;
-    let a = open(&archive)?;
-    let n = a.verify(threads(t))?;
-    println!(
-        "ok: {n} slices and {} sections verified",
-        a.sections().len()
-    );
-    Ok(())
-}
-
-fn meta(args: MetaArgs) -> Result<ExitCode> {
-    let MetaArgs {
-        archive,
-        key,
-        prefix,
-        paths_only,
-    } = args;
-    let a = open(&archive)?;
-    let md = a.metadata()?;
-    let found = match (&key, &prefix) {
-        (Some(k), _) => md.by_key(k),
-        (None, Some(p)) => md.by_prefix(p),
-        (None, None) => bail!("give --key or --prefix"),
-    };
-    print_meta(found, &archive.display().to_string(), paths_only)
-}
-
 fn append(args: AppendArgs) -> Result<()> {
     let AppendArgs {
         archive,
@@ -529,22 +355,6 @@ fn recover(args: RecoverArgs) -> Result<()> {
     };
     println!("{}: {said}", archive.display());
     Ok(())
-}
-
-/// `s` with control characters escaped (`\n`, `\u{1b}`): a path from a
-/// hand-made archive never drives the terminal it is listed on.
-fn printable(s: &str) -> std::borrow::Cow<'_, str> {
-    if s.chars().any(char::is_control) {
-        s.chars()
-            .map(|c| match c.is_control() {
-                true => c.escape_default().to_string(),
-                false => c.to_string(),
-            })
-            .collect::<String>()
-            .into()
-    } else {
-        s.into()
-    }
 }
 
 /// A batch for the engine, and its size in bytes as far as it is known up
@@ -599,67 +409,4 @@ fn server(cmd: &str, args: Vec<OsString>) -> anyhow::Error {
          (cargo build --release -p znippy)",
         path.display()
     ))
-}
-
-fn info(path: &Path) -> Result<()> {
-    let a = open(path)?;
-    let p = a.props();
-    let entries = a.entries("")?;
-    let raw: u64 = entries.iter().map(|e| e.size).sum();
-    println!("archive        {}", path.display());
-    println!(
-        "size           {} ({} bytes)",
-        human(a.archive_len()),
-        a.archive_len()
-    );
-    println!("files          {}", entries.len());
-    println!("slices         {}", a.row_count());
-    println!("uncompressed   {} ({raw} bytes)", human(raw));
-    println!(
-        "blob region    {} ({} bytes)",
-        human(a.blob_end()),
-        a.blob_end()
-    );
-    let ratio = if a.archive_len() == 0 {
-        0.0
-    } else {
-        raw as f64 / a.archive_len() as f64
-    };
-    println!("ratio          {ratio:.3}");
-    let id: String = a.identity()?.iter().map(|b| format!("{b:02x}")).collect();
-    println!("identity       {id}");
-    println!(
-        "properties     codec={} level={} chunk_size={} pack_threshold={}",
-        znippy_format::CODEC,
-        p.level,
-        p.chunk_size,
-        p.pack_threshold
-    );
-    println!("trie           {:?}", a.trie_state());
-    println!("sections:");
-    println!(
-        "  {:>8} {:<20} {:>12} {:>12} {:>10}",
-        "pkg_type", "module", "offset", "length", "rows"
-    );
-    for s in a.sections() {
-        println!(
-            "  {:>8} {:<20} {:>12} {:>12} {:>10}",
-            s.pkg_type, s.module_name, s.index_offset, s.index_len, s.row_count
-        );
-    }
-    Ok(())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::printable;
-
-    #[test]
-    fn listed_paths_never_carry_control_characters() {
-        assert_eq!(printable("plain/ü.txt"), "plain/ü.txt");
-        assert_eq!(
-            printable("a\u{1b}[31mb\nc\u{9b}"),
-            "a\\u{1b}[31mb\\nc\\u{9b}"
-        );
-    }
 }

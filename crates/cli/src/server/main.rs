@@ -7,6 +7,7 @@
 
 mod gc;
 mod live;
+mod remote;
 mod serve;
 
 use std::path::PathBuf;
@@ -14,6 +15,7 @@ use std::process::ExitCode;
 
 use anyhow::Result;
 use clap::{Parser, Subcommand};
+use znippy_cli::read::ReadCmd;
 use znippy_cli::threads;
 
 #[derive(Parser)]
@@ -45,6 +47,10 @@ enum Cmd {
     Serve(serve::ServeArgs),
     /// Remove the blob segments no committed row names, on object storage.
     Gc(gc::GcArgs),
+    /// A read command on a remote archive (`znippy list|get|verify|info|meta
+    /// URL` come here).
+    #[command(flatten)]
+    Read(ReadCmd),
     /// Seal a live archive of a data directory into an immutable .znippy.
     Seal {
         /// The data directory.
@@ -65,7 +71,7 @@ fn main() -> ExitCode {
         Cmd::Live {
             cmd: live::LiveCmd::Meta { .. },
             ..
-        }
+        } | Cmd::Read(ReadCmd::Meta(_))
     );
     match run(cli.cmd) {
         Ok(code) => code,
@@ -85,6 +91,7 @@ fn run(cmd: Cmd) -> Result<ExitCode> {
         } => live::run(data, threads(t), cmd),
         Cmd::Serve(args) => serve::run(args).map(|()| ExitCode::SUCCESS),
         Cmd::Gc(args) => gc::run(args).map(|()| ExitCode::SUCCESS),
+        Cmd::Read(cmd) => remote::run(&cmd),
         Cmd::Seal { data, id, output } => {
             live::seal(data, &id, output.as_deref()).map(|()| ExitCode::SUCCESS)
         }

@@ -1,0 +1,324 @@
+//! The commands that only read an archive: `list`, `get`, `verify`, `info`
+//! and `meta`. They run over any byte source, so `znippy` runs them on a
+//! local file and `znippy-server` on a URL (`znippy-remote`), with one
+//! implementation of each.
+
+use std::fs::File;
+use std::io::{BufWriter, Write};
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use anyhow::{bail, Context, Result};
+use clap::{Args, Subcommand};
+use znippy_format::{Archive, Kind, ReadAt};
+
+use crate::progress::human;
+use crate::{print_meta, threads};
+
+/// A command that reads an archive, local or remote.
+#[derive(Subcommand)]
+pub enum ReadCmd {
+    /// List the files of an archive (reads no blob).
+    List(ListArgs),
+    /// Write one file's bytes to stdout or to a file, verified.
+    Get(GetArgs),
+    /// Check every section and every slice against its checksum.
+    Verify(VerifyArgs),
+    /// Show properties, sections, counts and sizes.
+    Info(InfoArgs),
+    /// Search metadata by key or key prefix. Exit status: 0 hits, 1 no match,
+    /// 2 the archive has no metadata section, 3 error.
+    Meta(MetaArgs),
+}
+
+impl ReadCmd {
+    /// The archive it reads: a path, or an `https://`, `http://` or `s3://` URL.
+    pub fn archive(&self) -> &Path {
+        match self {
+            ReadCmd::List(a) => &a.archive.archive,
+            ReadCmd::Get(a) => &a.archive.archive,
+            ReadCmd::Verify(a) => &a.archive.archive,
+            ReadCmd::Info(a) => &a.archive.archive,
+            ReadCmd::Meta(a) => &a.archive.archive,
+        }
+    }
+
+    /// Its name on the command line.
+    pub fn name(&self) -> &'static str {
+        match self {
+            ReadCmd::List(_) => "list",
+            ReadCmd::Get(_) => "get",
+            ReadCmd::Verify(_) => "verify",
+            ReadCmd::Info(_) => "info",
+            ReadCmd::Meta(_) => "meta",
+        }
+    }
+
+    /// Runs it on `a`.
+    pub fn run<R: ReadAt>(&self, a: &Archive<R>) -> Result<ExitCode> {
+        match self {
+            ReadCmd::List(args) => list(a, args)?,
+            ReadCmd::Get(args) => get(a, args)?,
+            ReadCmd::Verify(args) => verify(a, args)?,
+            ReadCmd::Info(args) => info(a, &args.archive.archive)?,
+            ReadCmd::Meta(args) => return meta(a, args),
+        }
+        Ok(ExitCode::SUCCESS)
+    }
+}
+
+/// The archive a read command reads.
+#[derive(Args)]
+pub struct ArchiveArg {
+    /// The archive: a path, or an http://, https:// or s3://BUCKET/KEY URL
+    /// (read in place by range requests; see docs/remote.md).
+    pub archive: PathBuf,
+}
+
+#[derive(Args)]
+pub struct ListArgs {
+    #[command(flatten)]
+    pub archive: ArchiveArg,
+    /// Only paths starting with this.
+    #[arg(short, long, default_value = "")]
+    pub prefix: String,
+    /// Show mode and size too.
+    #[arg(short, long)]
+    pub long: bool,
+}
+
+#[derive(Args)]
+pub struct GetArgs {
+    #[command(flatten)]
+    pub archive: ArchiveArg,
+    /// Path inside the archive.
+    pub path: String,
+    /// Write here instead of stdout.
+    #[arg(short, long)]
+    pub output: Option<PathBuf>,
+}
+
+#[derive(Args)]
+pub struct VerifyArgs {
+    #[command(flatten)]
+    pub archive: ArchiveArg,
+    /// Threads (default: all cores).
+    #[arg(long)]
+    pub threads: Option<usize>,
+}
+
+#[derive(Args)]
+pub struct InfoArgs {
+    #[command(flatten)]
+    pub archive: ArchiveArg,
+}
+
+#[derive(Args)]
+pub struct MetaArgs {
+    #[command(flatten)]
+    pub archive: ArchiveArg,
+    /// Exact key.
+    #[arg(
+        short,
+        long,
+        conflicts_with = "prefix",
+        required_unless_present = "prefix"
+    )]
+    pub key: Option<String>,
+    /// Key prefix.
+    #[arg(short, long)]
+    pub prefix: Option<String>,
+    /// Print only the paths of matching rows ('-' for archive-level rows).
+    #[arg(long)]
+    pub paths_only: bool,
+}
+
+fn list<R: ReadAt>(a: &Archive<R>, args: &ListArgs) -> Result<()> {
+    let ListArgs { prefix, long, .. } = args;
+    let mut out = BufWriter::new(std::io::stdout().lock());
+    if *long {
+        for e in a.entries(prefix)? {
+            let kind = e.kind()?;
+            let mode = e
+                .mode
+                .map_or("----".to_string(), |m| format!("{:04o}", m & 0o7777));
+            let path = printable(&e.path);
+            write!(out, "{}{mode} {:>12} {path}", kind.letter(), e.size)?;
+            if kind == Kind::Symlink {
+                let mut target = Vec::new();
+                a.read_file(&e.path, &mut target)?;
+                write!(out, " -> {}", printable(&String::from_utf8_lossy(&target)))?;
+            }
+            writeln!(out)?;
+        }
+    } else {
+        for p in a.list(prefix)? {
+            writeln!(out, "{}", printable(&p))?;
+        }
+    }
+    out.flush()?;
+    Ok(())
+}
+
+fn get<R: ReadAt>(a: &Archive<R>, args: &GetArgs) -> Result<()> {
+    let GetArgs { path, output, .. } = args;
+    match output {
+        None => {
+            let mut out = BufWriter::new(std::io::stdout().lock());
+            let e = a.read_entry(path, &mut out)?;
+            out.flush()?;
+            match e.kind()? {
+                Kind::File => {}
+                Kind::Symlink => {
+                    eprintln!("znippy: {path} is a symbolic link; its target is above")
+                }
+                Kind::Dir => eprintln!("znippy: {path} is an empty directory"),
+            }
+        }
+        Some(dest) => {
+            // Written beside the target and renamed, so a failed check
+            // leaves no half-written file behind.
+            let tmp = dest.with_extension("znippy-get.partial");
+            let mut out = BufWriter::new(
+                File::create(&tmp).with_context(|| format!("creating {}", tmp.display()))?,
+            );
+            let res = a
+                .read_entry(path, &mut out)
+                .map_err(anyhow::Error::from)
+                .and_then(|e| {
+                    out.flush()?;
+                    Ok(e)
+                });
+            drop(out);
+            let entry = match res {
+                Ok(e) => e,
+                Err(e) => {
+                    let _ = std::fs::remove_file(&tmp);
+                    return Err(e);
+                }
+            };
+            if entry.kind()? == Kind::Symlink {
+                // The link itself, as extraction makes it.
+                let target = std::fs::read(&tmp)?;
+                std::fs::remove_file(&tmp)?;
+                let target = std::ffi::OsStr::from_bytes(&target);
+                std::os::unix::fs::symlink(target, dest)
+                    .with_context(|| format!("making the link {}", dest.display()))?;
+            } else {
+                std::fs::rename(&tmp, dest)?;
+            }
+        }
+    }
+    Ok(())
+}
+
+fn verify<R: ReadAt>(a: &Archive<R>, args: &VerifyArgs) -> Result<()> {
+    let n = a.verify(threads(args.threads))?;
+    println!(
+        "ok: {n} slices and {} sections verified",
+        a.sections().len()
+    );
+    Ok(())
+}
+
+fn meta<R: ReadAt>(a: &Archive<R>, args: &MetaArgs) -> Result<ExitCode> {
+    let MetaArgs {
+        archive,
+        key,
+        prefix,
+        paths_only,
+    } = args;
+    let md = a.metadata()?;
+    let found = match (&key, &prefix) {
+        (Some(k), _) => md.by_key(k),
+        (None, Some(p)) => md.by_prefix(p),
+        (None, None) => bail!("give --key or --prefix"),
+    };
+    print_meta(found, &archive.archive.display().to_string(), *paths_only)
+}
+
+/// `s` with control characters escaped (`\n`, `\u{1b}`): a path from a
+/// hand-made archive never drives the terminal it is listed on.
+fn printable(s: &str) -> std::borrow::Cow<'_, str> {
+    if s.chars().any(char::is_control) {
+        s.chars()
+            .map(|c| match c.is_control() {
+                true => c.escape_default().to_string(),
+                false => c.to_string(),
+            })
+            .collect::<String>()
+            .into()
+    } else {
+        s.into()
+    }
+}
+
+fn info<R: ReadAt>(a: &Archive<R>, path: &Path) -> Result<()> {
+    let p = a.props();
+    let entries = a.entries("")?;
+    let raw: u64 = entries.iter().map(|e| e.size).sum();
+    println!("archive        {}", path.display());
+    println!(
+        "size           {} ({} bytes)",
+        human(a.archive_len()),
+        a.archive_len()
+    );
+    println!("files          {}", entries.len());
+    println!("slices         {}", a.row_count());
+    println!("uncompressed   {} ({raw} bytes)", human(raw));
+    println!(
+        "blob region    {} ({} bytes)",
+        human(a.blob_end()),
+        a.blob_end()
+    );
+    let index = a.archive_len() - a.blob_end();
+    println!(
+        "index          {} ({index} bytes, {:.0} per file)",
+        human(index),
+        index as f64 / entries.len().max(1) as f64
+    );
+    println!("format         version {}", a.format_version());
+    let ratio = if a.archive_len() == 0 {
+        0.0
+    } else {
+        raw as f64 / a.archive_len() as f64
+    };
+    println!("ratio          {ratio:.3}");
+    let id: String = a.identity()?.iter().map(|b| format!("{b:02x}")).collect();
+    println!("identity       {id}");
+    println!(
+        "properties     codec={} level={} chunk_size={} pack_threshold={}",
+        znippy_format::CODEC,
+        p.level,
+        p.chunk_size,
+        p.pack_threshold
+    );
+    println!("trie           {:?}", a.trie_state());
+    println!("sections:");
+    println!(
+        "  {:>8} {:<20} {:>12} {:>12} {:>10}",
+        "pkg_type", "module", "offset", "length", "rows"
+    );
+    for s in a.sections() {
+        println!(
+            "  {:>8} {:<20} {:>12} {:>12} {:>10}",
+            s.pkg_type, s.module_name, s.index_offset, s.index_len, s.row_count
+        );
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::printable;
+
+    #[test]
+    fn listed_paths_never_carry_control_characters() {
+        assert_eq!(printable("plain/ü.txt"), "plain/ü.txt");
+        assert_eq!(
+            printable("a\u{1b}[31mb\nc\u{9b}"),
+            "a\\u{1b}[31mb\\nc\\u{9b}"
+        );
+    }
+}
