@@ -25,8 +25,9 @@ LOOKUP = "__znippy_lookup__"
 META = "__znippy_meta__"
 TRIE = "__znippy_trie__"  # fst bytes, not Arrow
 # Version 2 archives may hold links and directories: file-type bits in `mode`
-# (docs/format.md, 5.3). Both read the same way here.
-SUPPORTED_MAJOR = 2
+# (docs/format.md, 5.3). Version 3 compresses the lookup's buffers (Arrow IPC
+# body compression, which pyarrow inflates by itself). All read the same way here.
+SUPPORTED_MAJOR = 3
 META_TYPES = {0: "str", 1: "i64", 2: "f64", 3: "bool", 4: "bytes"}
 
 

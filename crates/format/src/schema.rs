@@ -19,9 +19,11 @@ pub const BATCH_ROWS: usize = 65_536;
 /// Schema-metadata key giving a section's batch size: all its batches but the
 /// last hold exactly that many rows, so row `r` lives in batch `r / batch_rows`.
 pub const BATCH_ROWS_KEY: &str = "znippy.batch_rows";
-/// Batch size of the lookup. A cold `get` decodes one lookup batch, so it is kept
-/// small; the sections read whole (data, meta, manifest) use [`BATCH_ROWS`].
-pub const LOOKUP_BATCH_ROWS: usize = 1_024;
+/// Batch size of the lookup. A cold `get` inflates and decodes one lookup
+/// batch, so it is kept small: 256 rows cost 0.2% more archive than 1,024 on
+/// a tree of small files, and a quarter of the inflating (docs/benchmarks.md).
+/// The sections read whole (data, meta, manifest) use [`BATCH_ROWS`].
+pub const LOOKUP_BATCH_ROWS: usize = 256;
 
 /// `pkg_type` of the manifest rows of reserved sections.
 pub const RESERVED_PKG_TYPE: i8 = -128;

@@ -58,16 +58,19 @@ pub fn write_tail(out: &mut dyn Write, tail: Tail<'_>) -> Result<TailInfo> {
     write_tail_as(out, tail, FORMAT_VERSION)
 }
 
+/// The lookup's batch size before version 3, whose batches are compressed.
+const LOOKUP_BATCH_ROWS_BEFORE_V3: usize = 1_024;
+
 /// Writes the tail as format `version` wrote it: `verify` rebuilds an older
 /// archive's tail this way. Versions 1 and 2 differ only in the links and
 /// directories they may hold, which the rows already say; before version 3 the
-/// lookup's buffers are plain.
+/// lookup's buffers are plain, in batches of 1,024 rows.
 pub(crate) fn write_tail_as(out: &mut dyn Write, tail: Tail<'_>, version: u32) -> Result<TailInfo> {
     check_rows(&tail)?;
-    let lookup_body = if version >= 3 {
-        Body::Zstd
+    let (lookup_body, lookup_rows) = if version >= 3 {
+        (Body::Zstd, LOOKUP_BATCH_ROWS)
     } else {
-        Body::Plain
+        (Body::Plain, LOOKUP_BATCH_ROWS_BEFORE_V3)
     };
     let mut w = Aligned {
         out,
@@ -99,7 +102,7 @@ pub(crate) fn write_tail_as(out: &mut dyn Write, tail: Tail<'_>, version: u32) -
         &base_schema(),
         &row::to_batch(sorted.iter().copied())?,
         lookup_body,
-        LOOKUP_BATCH_ROWS,
+        lookup_rows,
         version,
     )?;
     sections.push(w.reserved(schema::LOOKUP, &lookup, sorted.len() as u64)?);
