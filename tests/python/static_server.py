@@ -7,6 +7,8 @@ for, and can misbehave on purpose:
 - `ignore_range`: answer 200 with the whole file, as a server without range
   support does;
 - `short_body`: announce the range's length but send half of it;
+- `long_body`: announce and send a MiB more than the range (Content-Range
+  says the range, Content-Length the more);
 - `slow`: wait this many seconds before answering;
 - `swap_after`: after this many requests, serve `swap_with` in place of the
   file (a new ETag): the object changed between two requests.
@@ -27,6 +29,7 @@ class Behaviour:
     def __init__(self):
         self.ignore_range = False
         self.short_body = False
+        self.long_body = False
         self.slow = 0.0
         self.swap_after = None
         self.swap_with = None
@@ -85,7 +88,8 @@ def handler(root: Path, b: Behaviour):
                 status = 206
             self.send_response(status)
             self.send_header("Content-Type", "application/octet-stream")
-            self.send_header("Content-Length", str(end - start))
+            extra = (1 << 20) if b.long_body and body else 0
+            self.send_header("Content-Length", str(end - start + extra))
             self.send_header("ETag", etag)
             self.send_header("Accept-Ranges", "bytes")
             self.send_header("Last-Modified", "Thu, 03 Dec 2026 12:00:00 GMT")
@@ -94,6 +98,7 @@ def handler(root: Path, b: Behaviour):
             self.end_headers()
             if not body:
                 return
+
             if b.short_body:
                 end = start + (end - start) // 2
                 self.close_connection = True
@@ -106,6 +111,7 @@ def handler(root: Path, b: Behaviour):
                         break
                     self.wfile.write(chunk)
                     left -= len(chunk)
+            self.wfile.write(b"x" * extra)
 
         def plain(self, status, text):
             self.send_response(status)

@@ -6,7 +6,8 @@ and SeaweedFS's S3 API.
 What is counted is counted at the server: a cold one-file `get` is three
 requests (the last 256 KiB, one lookup batch, the blob), a second one through
 the index cache is one (the blob), and `list --prefix` asks only for bytes of
-the index. Hostile servers (a range ignored, a short body, the object
+the index. Hostile servers (a range ignored, a short body, a body that goes
+on past its range, the object
 replaced between requests, a server slower than the timeout) give an error
 and never a file; a cached index of an archive since replaced is noticed and
 the new archive read.
@@ -14,6 +15,7 @@ the new archive read.
 Run: ZNIPPY_BIN=target/debug/znippy python -m pytest -q tests/python/test_remote.py
 """
 
+import base64
 import os
 import random
 import subprocess
@@ -38,6 +40,10 @@ def tree(seed, n=12000):
     files = {f"src/m{i // 100:03}/f{i:05}.txt":
              (f"file {i} of seed {seed}\n" * rng.randrange(1, 60)).encode() for i in range(n)}
     files["big/blob.bin"] = rng.randbytes(2 * PIECE + 1000)
+    # Text that packs into one compressed blob of about 1.5 MB: a file at its
+    # end needs all of it, in one request.
+    for i in range(40):
+        files[f"a/t{i:02}.txt"] = base64.b64encode(rng.randbytes(37_500))
     return files
 
 
@@ -107,6 +113,14 @@ def test_one_file_in_three_requests_then_one_through_the_cache(served, cache_env
         == files["src/m007/f00713.txt"]
     assert len(b.requests) == 1, b.requests
 
+    # The last file of a pack that compresses to several hundred KiB: the
+    # blob comes in one request, not in 128 KiB pieces as from a local file.
+    b.reset()
+    assert znippy("get", url, "a/t39.txt", env=cache_env).stdout == files["a/t39.txt"]
+    lengths = [int(hi) + 1 - int(lo) for lo, hi in
+               (r[2].split("=")[1].split("-") for r in b.requests)]
+    assert len(lengths) <= 2 and sum(n > 1 << 20 for n in lengths) == 1, b.requests
+
     # A file of three pieces: one request for each, after the index.
     b.reset()
     off = os.environ | {"ZNIPPY_CACHE_MAX": "0"}
@@ -158,6 +172,10 @@ def test_hostile_servers_give_an_error_never_a_file(served, tmp_path):
     b.short_body = True
     refused(url, "src/m000/f00001.txt", out, env, "sent", "error", "body")
     b.short_body = False
+
+    b.long_body = True
+    refused(url, "src/m000/f00001.txt", out, env, "sent")
+    b.long_body = False
 
     # Replaced after the first request: the next one's If-Match fails.
     other = compress(tmp_path, "other", tree(2))

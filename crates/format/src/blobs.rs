@@ -39,10 +39,6 @@ impl std::fmt::Debug for BlobScratch {
     }
 }
 
-/// How much of a compressed blob is read at a time. A slice early in a pack
-/// needs only the first blocks of its frame, so the rest is never read.
-const READ_PIECE: usize = 128 << 10;
-
 /// How much compressed input the decoder is handed per call. Given more, it
 /// decodes every whole block in it: a 128 KiB piece of text holds about 600 KiB
 /// of output, most of it past the slice. Fed this little, it stops at the end of
@@ -179,7 +175,7 @@ fn decode_prefix<'s>(
     let blob_end = row.blob_offset + row.blob_size;
     let mut pos = row.blob_offset;
     let mut next_piece = |blob: &mut Vec<u8>| -> Result<bool> {
-        let n = READ_PIECE.min((blob_end - pos) as usize);
+        let n = src.read_piece().min((blob_end - pos) as usize);
         blob.resize(n, 0);
         read_at(src, blob, pos, "blob")?;
         pos += n as u64;

@@ -9,12 +9,23 @@ use std::io;
 use std::os::unix::fs::FileExt;
 use std::sync::atomic::{AtomicU64, Ordering};
 
+/// What a reader that may stop early asks for at once from a local source:
+/// a slice early in a pack needs only the first blocks of its frame, so the
+/// rest of the blob is never read.
+pub const READ_PIECE: usize = 128 << 10;
+
 /// A byte source that supports reads at an offset, shared between threads.
 pub trait ReadAt: Send + Sync {
     /// Fills `buf` from `offset`, or fails with `UnexpectedEof` past the end.
     fn read_exact_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()>;
     /// Total length of the source in bytes.
     fn size(&self) -> io::Result<u64>;
+    /// How many bytes to ask for at once when reading a blob that may be
+    /// needed only in part: [`READ_PIECE`] where a read is cheap, all of it
+    /// (`usize::MAX`) where each read is a round trip to a server.
+    fn read_piece(&self) -> usize {
+        READ_PIECE
+    }
 }
 
 impl ReadAt for File {
@@ -93,6 +104,9 @@ impl<R: ReadAt> ReadAt for CountingReader<R> {
     fn size(&self) -> io::Result<u64> {
         self.inner.size()
     }
+    fn read_piece(&self) -> usize {
+        self.inner.read_piece()
+    }
 }
 
 impl<R: ReadAt + ?Sized> ReadAt for std::sync::Arc<R> {
@@ -102,6 +116,9 @@ impl<R: ReadAt + ?Sized> ReadAt for std::sync::Arc<R> {
     fn size(&self) -> io::Result<u64> {
         (**self).size()
     }
+    fn read_piece(&self) -> usize {
+        (**self).read_piece()
+    }
 }
 
 impl<R: ReadAt + ?Sized> ReadAt for &R {
@@ -110,5 +127,8 @@ impl<R: ReadAt + ?Sized> ReadAt for &R {
     }
     fn size(&self) -> io::Result<u64> {
         (**self).size()
+    }
+    fn read_piece(&self) -> usize {
+        (**self).read_piece()
     }
 }

@@ -94,7 +94,7 @@ pub use engine::{codec_calls, BatchStats, Engine, InputFile, Source};
 pub use error::{Error, Result};
 pub use extract::{extract_all, extract_all_with, ExtractOptions, ExtractStats};
 pub use failpoint::failpoint;
-pub use io::{CountingReader, ReadAt};
+pub use io::{CountingReader, ReadAt, READ_PIECE};
 pub use kind::{Kind, MAX_LINK_TARGET, S_IFDIR, S_IFLNK, S_IFMT, S_IFREG};
 pub use manifest::SectionEntry;
 pub use meta::{

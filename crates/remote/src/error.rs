@@ -28,7 +28,8 @@ pub enum RemoteError {
         /// What the client said.
         source: object_store::Error,
     },
-    /// The server sent fewer or more bytes than the range it acknowledged.
+    /// The server sent fewer or more bytes than the range it acknowledged
+    /// (`got` counts up to where the read was cut off).
     #[error("{location} sent {got} bytes for the {want} of bytes {start}.. it was asked for")]
     WrongLength {
         /// The archive's location.

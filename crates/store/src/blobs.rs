@@ -159,6 +159,13 @@ impl ReadAt for Blobs {
             Blobs::Segments(segments) => segments.size(),
         }
     }
+
+    fn read_piece(&self) -> usize {
+        match self {
+            Blobs::Sidecar(sidecar) => sidecar.read_piece(),
+            Blobs::Segments(segments) => segments.read_piece(),
+        }
+    }
 }
 
 /// [`Blobs::with_pending`].
@@ -181,5 +188,9 @@ impl ReadAt for WithPending<'_> {
     fn size(&self) -> std::io::Result<u64> {
         let pending = self.pending.iter().map(|s| s.start + s.len).max();
         Ok(self.blobs.size()?.max(pending.unwrap_or(0)))
+    }
+
+    fn read_piece(&self) -> usize {
+        self.blobs.read_piece()
     }
 }

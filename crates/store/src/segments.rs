@@ -461,6 +461,11 @@ impl ReadAt for Segments {
     fn size(&self) -> io::Result<u64> {
         Ok(self.end())
     }
+
+    /// Each read is a GET: a blob comes in one, not in pieces.
+    fn read_piece(&self) -> usize {
+        usize::MAX
+    }
 }
 
 #[cfg(test)]
