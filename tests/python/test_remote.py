@@ -231,6 +231,11 @@ def test_the_service_download_reads_in_place(tmp_path, cache_env):
         assert r.stdout == files["d/7.txt"]
         # The whole archive fits in the first request's window.
         assert requests(r.stderr) == 1, r.stderr
+        # Its index, cut from that window, is cached: the next get opens
+        # without a request and asks only for the blob.
+        r = znippy("get", url, "d/8.txt", env=cache_env | {"ZNIPPY_REMOTE_STATS": "1"})
+        assert r.stdout == files["d/8.txt"]
+        assert requests(r.stderr) == 1 and "index from the cache" in r.stderr.decode(), r.stderr
         listed = znippy("list", url, env=cache_env).stdout.decode().split()
         assert listed == sorted(files)
         assert f"identity       {receipt['identity']}" in znippy("info", url).stdout.decode()

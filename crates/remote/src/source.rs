@@ -143,10 +143,15 @@ impl RemoteSource {
                 size: self.size,
                 etag: etag.clone(),
                 blob_end,
+                // The first window of a small archive reaches into its blobs:
+                // keep only its index part.
                 ranges: known
                     .iter()
-                    .filter(|(start, _)| *start >= blob_end)
-                    .cloned()
+                    .filter(|(start, b)| start + b.len() as u64 > blob_end)
+                    .map(|(start, b)| {
+                        let skip = blob_end.saturating_sub(*start);
+                        (start + skip, b.slice(skip as usize..))
+                    })
                     .collect(),
             },
         )
