@@ -44,6 +44,10 @@ class Behaviour:
 def handler(root: Path, b: Behaviour):
     class Handler(http.server.BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
+        # Headers and body go out in separate writes: with Nagle's algorithm
+        # on, every response after a connection's first waits out the
+        # client's delayed ACK (40 ms here), as no real server lets it.
+        disable_nagle_algorithm = True
 
         def log_message(self, *args):
             pass
