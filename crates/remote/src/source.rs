@@ -1,7 +1,7 @@
 //! [`RemoteSource`]: positioned reads of one remote object, by range requests.
 
 use std::io;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use bytes::Bytes;
@@ -37,6 +37,9 @@ pub struct RemoteSource {
     requests: AtomicU64,
     bytes: AtomicU64,
     from_cache: bool,
+    /// Whether index bytes were fetched since the source opened: only then
+    /// has the cache something new to keep.
+    learned: AtomicBool,
 }
 
 impl std::fmt::Debug for RemoteSource {
@@ -71,6 +74,7 @@ impl RemoteSource {
             requests: AtomicU64::new(0),
             bytes: AtomicU64::new(0),
             from_cache: false,
+            learned: AtomicBool::new(false),
         };
         if let Some(hit) = cache.and_then(|c| c.load(&source.location)) {
             source.size = hit.size;
@@ -129,12 +133,16 @@ impl RemoteSource {
         self.check_same(meta.size, &meta.e_tag)
     }
 
-    /// Stores the index bytes read so far in `cache`. An object without an
-    /// ETag is not cached: nothing would tell a stale entry.
+    /// Stores the index bytes read so far in `cache`, when any were fetched.
+    /// An object without an ETag is not cached: nothing would tell a stale
+    /// entry.
     pub fn save_index(&self, cache: &IndexCache) -> io::Result<()> {
         let Some(etag) = &self.etag else {
             return Ok(());
         };
+        if !self.learned.load(Ordering::Relaxed) {
+            return Ok(());
+        }
         let blob_end = self.blob_end.load(Ordering::Relaxed);
         let known = self.known.lock().unwrap_or_else(PoisonError::into_inner);
         cache.save(
@@ -253,6 +261,7 @@ impl RemoteSource {
     }
 
     fn remember(&self, start: u64, bytes: Bytes) {
+        self.learned.store(true, Ordering::Relaxed);
         let mut known = self.known.lock().unwrap_or_else(PoisonError::into_inner);
         let at = known.partition_point(|(s, _)| *s < start);
         known.insert(at, (start, bytes));
