@@ -29,7 +29,7 @@
 use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::io::{BufWriter, Write};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, OnceLock};
 
 use tokio::sync::oneshot;
@@ -188,7 +188,7 @@ impl SealPlan {
     /// Whether `sealed` is the archive's own blob file with the tail written
     /// after its blobs (rather than a re-packed copy).
     pub fn is_in_place(&self, sealed: &SealedFile) -> bool {
-        matches!(&sealed.at, SealedAt::File(p) if self.sidecar_path.as_ref() == Some(p))
+        is_sidecar(sealed, self.sidecar_path.as_deref())
     }
 
     /// Starts the sealed archive of a seal that is not in place: a new
@@ -465,14 +465,9 @@ impl LiveArchive {
         let blobs = match &sealed {
             // A sealed archive's blobs (and tail) are immutable: never truncate.
             Some(sealed) => {
-                if let Some(old) = sidecar_path
-                    .as_ref()
-                    .filter(|p| sealed.at != SealedAt::File(p.to_path_buf()))
-                {
-                    // A crash after the seal committed and before the re-packed
-                    // archive's old sidecar went: its dead bytes go now.
-                    let _ = std::fs::remove_file(old);
-                }
+                // A crash after the seal committed and before the re-packed
+                // archive's old sidecar went: its dead bytes go now.
+                remove_dead_sidecar(sidecar_path.as_deref(), sealed);
                 catalog.open_sealed(id, sealed)?
             }
             None => catalog.open_blobs(id, blob_end, segments)?,
@@ -1181,14 +1176,8 @@ impl LiveArchive {
         let idents = (&self.files_ident, &self.meta_ident);
         let (committed, _) = commit_change(catalog, idents, plan.base, &[], &[], summary).await?;
         self.snapshot_id = Some(committed.snapshot_id);
-        if let Some(sidecar) = self
-            .sidecar_path
-            .as_ref()
-            .filter(|p| sealed.at != SealedAt::File(p.to_path_buf()))
-        {
-            // The blobs now live in the sealed file; the sidecar is dead weight.
-            let _ = std::fs::remove_file(sidecar);
-        }
+        // The blobs now live in the sealed file; the sidecar is dead weight.
+        remove_dead_sidecar(self.sidecar_path.as_deref(), sealed);
         self.sealed_by(catalog, sealed.clone())
     }
 
@@ -1546,6 +1535,19 @@ async fn roll_forward_meta(
         )?);
     }
     commit_meta(catalog, meta, files, seq).await
+}
+
+/// Whether `sealed` is the sidecar itself, sealed in place.
+fn is_sidecar(sealed: &SealedFile, sidecar: Option<&Path>) -> bool {
+    matches!(&sealed.at, SealedAt::File(p) if sidecar == Some(p.as_path()))
+}
+
+/// Removes the sidecar of an archive sealed into a re-packed copy: its
+/// blobs live in the sealed file. A sidecar sealed in place is the file.
+fn remove_dead_sidecar(sidecar: Option<&Path>, sealed: &SealedFile) {
+    if let Some(path) = sidecar.filter(|_| !is_sidecar(sealed, sidecar)) {
+        let _ = std::fs::remove_file(path);
+    }
 }
 
 #[cfg(test)]

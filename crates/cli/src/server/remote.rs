@@ -54,7 +54,9 @@ pub fn run(cmd: &ReadCmd) -> Result<ExitCode> {
         }
         let cached = source.from_cache();
         match result {
-            Err(e) if cached && source.requests() == 1 && is_changed(&e) => forget(),
+            Err(e) if cached && source.requests() == 1 && RemoteError::is_changed(e.as_ref()) => {
+                forget()
+            }
             Err(e) => return Err(e),
             Ok(_) if cached && source.requests() == 0 && stale(source.validate()) => forget(),
             Ok(code) => {
@@ -67,8 +69,4 @@ pub fn run(cmd: &ReadCmd) -> Result<ExitCode> {
             }
         }
     }
-}
-
-fn is_changed(e: &anyhow::Error) -> bool {
-    e.chain().any(RemoteError::is_changed)
 }
