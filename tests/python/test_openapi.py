@@ -39,17 +39,23 @@ ST_TIMEOUT = float(os.environ.get("ZNIPPY_ST_TIMEOUT", "120"))
 # - a 416 for a range past the end of a file is right (RFC 9110) and
 #   documented, but positive_data_acceptance counts every 4xx outside this
 #   list (schemathesis' default plus 416) as valid input refused;
-# - three rules span fields, which a schema cannot express, so input that
+# - four rules span fields, which a schema cannot express, so input that
 #   breaks them is "valid" to schemathesis and rightly refused: searchMeta
-#   takes exactly one of key and prefix (bad_query), createArchive's
-#   pack_threshold must be below chunk_size (bad_property), and appendFiles
-#   refuses a path twice in one batch (bad_input).
+#   takes exactly one of key, prefix and path (bad_query), listFiles folds
+#   (delimiter=/) only at a directory, a prefix empty or ending with /
+#   (bad_query), createArchive's pack_threshold must be below chunk_size
+#   (bad_property), and appendFiles refuses a path twice in one batch
+#   (bad_input).
 CONFIG = """\
 [checks.positive_data_acceptance]
 expected-statuses = ["2xx", "3xx", 401, 403, 404, 409, 416, 429, "5xx"]
 
 [[operations]]
 include-operation-id = "searchMeta"
+checks.positive_data_acceptance.enabled = false
+
+[[operations]]
+include-operation-id = "listFiles"
 checks.positive_data_acceptance.enabled = false
 
 [[operations]]

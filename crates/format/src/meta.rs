@@ -133,6 +133,33 @@ pub enum MetaQuery {
     Key(String),
     /// The facts whose key starts with this.
     Prefix(String),
+    /// Every fact about this file, in key order. The section is ordered by
+    /// key first, so this reads every row (a page at a time).
+    Path(String),
+}
+
+impl MetaQuery {
+    fn matches(&self, key: &str, path: Option<&str>) -> bool {
+        match self {
+            MetaQuery::Key(k) => key == k,
+            MetaQuery::Prefix(p) => key.starts_with(p.as_str()),
+            MetaQuery::Path(p) => path == Some(p.as_str()),
+        }
+    }
+
+    /// The smallest key a match can have.
+    fn first_key(&self) -> &str {
+        match self {
+            MetaQuery::Key(k) | MetaQuery::Prefix(k) => k,
+            MetaQuery::Path(_) => "",
+        }
+    }
+
+    /// Whether matches lie anywhere in section order, rather than in one run
+    /// of keys from [`MetaQuery::first_key`] on.
+    fn scattered(&self) -> bool {
+        matches!(self, MetaQuery::Path(_))
+    }
 }
 
 /// A place in section order, `(key, path)`: a page resumes after it.
@@ -268,23 +295,17 @@ impl MetaTable {
         after: Option<&MetaCursor>,
         limit: &PageLimit,
     ) -> (Vec<MetaRow>, bool) {
-        let (start, exact) = match query {
-            MetaQuery::Key(k) => (k, true),
-            MetaQuery::Prefix(p) => (p, false),
-        };
-        let matches = |key: &str| match exact {
-            true => key == start,
-            false => key.starts_with(start.as_str()),
-        };
+        let start = query.first_key();
         // A cursor before the first match starts at the first match.
         let from = match after {
-            Some(c) if c.key >= *start => Bound::Excluded((c.key.clone(), c.path.clone())),
-            _ => Bound::Included((start.clone(), None)),
+            Some(c) if c.key.as_str() >= start => Bound::Excluded((c.key.clone(), c.path.clone())),
+            _ => Bound::Included((start.to_string(), None)),
         };
         let hits = self
             .rows
             .range((from, Bound::Unbounded))
-            .take_while(|((k, _), _)| matches(k));
+            .take_while(|((k, p), _)| query.scattered() || query.matches(k, p.as_deref()))
+            .filter(|((k, p), _)| query.matches(k, p.as_deref()));
         let (mut rows, mut bytes) = (Vec::new(), 0usize);
         for row in hits {
             let full = rows.len() >= limit.rows || bytes >= limit.bytes;
@@ -484,6 +505,9 @@ mod tests {
             MetaQuery::Prefix("k".into()),
             MetaQuery::Prefix(String::new()),
             MetaQuery::Key("none".into()),
+            MetaQuery::Path("f07".into()),
+            MetaQuery::Path("f49".into()),
+            MetaQuery::Path("none".into()),
         ];
         let limits = [(1, usize::MAX), (7, usize::MAX), (1000, 1), (1000, 300)];
         for q in &queries {
@@ -492,6 +516,7 @@ mod tests {
                 .filter(|r| match q {
                     MetaQuery::Key(k) => r.key == *k,
                     MetaQuery::Prefix(p) => r.key.starts_with(p.as_str()),
+                    MetaQuery::Path(p) => r.path.as_deref() == Some(p.as_str()),
                 })
                 .collect();
             for (rows, bytes) in limits {

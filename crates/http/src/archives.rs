@@ -7,8 +7,8 @@ use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
-use znippy_format::ArchiveProps;
-use znippy_store::{CreateOptions, State as ArchiveState};
+use znippy_format::{ArchiveProps, ReadAt};
+use znippy_store::{CreateOptions, OpenSealed, State as ArchiveState};
 
 use crate::error::{ApiError, ErrorCode};
 use crate::extract::ApiPath;
@@ -181,6 +181,85 @@ pub(crate) async fn inspect(
     Ok(Json(app.store.info(&id).await?.into()))
 }
 
+/// One change of an archive: one snapshot of its files table.
+#[derive(Serialize, ToSchema)]
+pub(crate) struct Change {
+    snapshot_id: i64,
+    /// When it was committed, in milliseconds since the Unix epoch.
+    timestamp_ms: i64,
+    /// append (files, facts or both; one group commit), delete, seal, or rewrite (the
+    /// table's small data files merged; no row changed).
+    #[schema(schema_with = change_kind)]
+    kind: &'static str,
+    /// The number of the last append it commits.
+    #[schema(required)]
+    append_seq: Option<u64>,
+    /// For an append: the appends its group commit holds (null for other kinds, and for
+    /// snapshots older than this field).
+    #[schema(required)]
+    appends: Option<u64>,
+    /// For an append: the files they brought.
+    #[schema(required)]
+    files: Option<u64>,
+    /// For an append: those files' bytes.
+    #[schema(required)]
+    bytes: Option<u64>,
+    /// The end of the committed blob region after it.
+    #[schema(required)]
+    blob_end: Option<u64>,
+}
+
+fn change_kind() -> utoipa::openapi::RefOr<utoipa::openapi::schema::Schema> {
+    use znippy_store::ChangeKind as K;
+    openapi::schema(serde_json::json!({
+        "type": "string",
+        "enum": ([K::Append, K::Delete, K::Seal, K::Rewrite].map(K::name)),
+    }))
+}
+
+#[derive(Serialize, ToSchema)]
+pub(crate) struct History {
+    /// Newest first: the snapshots the files table keeps (expiry drops all but the newest).
+    changes: Vec<Change>,
+}
+
+/// An archive's changes, from its files table's Iceberg snapshots
+#[utoipa::path(
+    get, path = "/archives/{id}/history", tag = "archives", operation_id = "archiveHistory",
+    params(ArchiveId),
+    security((), ("bearer" = [])),
+    responses(
+        (status = 200, description = "Newest first.", body = History),
+        (status = 400, response = openapi::BadId),
+        (status = 401, response = openapi::Unauthorized),
+        (status = 403, response = openapi::Forbidden),
+        (status = 404, response = openapi::NoArchive),
+        (status = 500, response = openapi::Internal),
+    ),
+)]
+pub(crate) async fn history(
+    State(app): State<AppState>,
+    ApiPath(id): ApiPath<String>,
+) -> Result<Json<History>, ApiError> {
+    let changes = app
+        .store
+        .history(&id)
+        .await?
+        .into_iter()
+        .map(|h| Change {
+            snapshot_id: h.snapshot_id,
+            timestamp_ms: h.timestamp_ms,
+            kind: h.kind.name(),
+            append_seq: h.append_seq,
+            appends: h.appends,
+            files: h.files,
+            bytes: h.bytes,
+            blob_end: h.blob_end,
+        })
+        .collect();
+    Ok(Json(History { changes }))
+}
+
 /// Drop an archive (its tables, sidecar and sealed file)
 #[utoipa::path(
     delete, path = "/archives/{id}", tag = "archives", operation_id = "dropArchive",
@@ -227,6 +306,9 @@ pub(crate) struct SealReceipt {
     tail_bytes: u64,
     /// /archives/{id}/archive.znippy
     download: String,
+    /// /archives/{id}/archive.znippy.sha256: the whole file's SHA-256, which the seal does
+    /// not compute (it reads no payload).
+    sha256: String,
 }
 
 /// Seal: publish the archive as an immutable .znippy
@@ -257,7 +339,7 @@ pub(crate) async fn seal(
         let r = znippy_seal::seal(&store, &id).await?;
         Ok::<_, ApiError>(SealReceipt {
             size: r.size,
-            identity: blake3_hex(&r.identity),
+            identity: hex(&r.identity),
             in_place: r.in_place,
             blobs_copied: r.repack.blobs_copied,
             bytes_copied: r.repack.bytes_copied,
@@ -265,6 +347,7 @@ pub(crate) async fn seal(
             codec_runs: r.repack.codec_runs,
             tail_bytes: r.tail_bytes,
             download: format!("/archives/{id}/archive.znippy"),
+            sha256: format!("/archives/{id}/archive.znippy.sha256"),
             id,
         })
     });
@@ -274,7 +357,7 @@ pub(crate) async fn seal(
     Ok(Json(body))
 }
 
-fn blake3_hex(h: &[u8; 32]) -> String {
+fn hex(h: &[u8; 32]) -> String {
     h.iter().map(|b| format!("{b:02x}")).collect()
 }
 
@@ -319,17 +402,7 @@ pub(crate) async fn download(
             return Ok((StatusCode::TEMPORARY_REDIRECT, [(header::LOCATION, url)]).into_response());
         }
     }
-    let Some(sealed) = app.store.open_sealed(&id).await? else {
-        return Err(ApiError::new(
-            StatusCode::CONFLICT,
-            ErrorCode::NotSealed,
-            format!("archive {id:?} is live; seal it first (POST /archives/{id}/seal)"),
-        ));
-    };
-    // The sealing snapshot is unique to this archive's history, so a dropped
-    // and re-created archive sealed to the same length still gets a new tag.
-    let snapshot = sealed.snapshot_id.unwrap_or_default();
-    let etag = format!("{id}-{snapshot:x}-{}", sealed.len);
+    let (sealed, etag) = open_sealed(&app, &id).await?;
     let source = sealed.source;
     let src = Ranged {
         len: sealed.len,
@@ -341,6 +414,87 @@ pub(crate) async fn download(
         }),
     };
     Ok(ranged::respond(&app, &method, &headers, src).await)
+}
+
+/// `id`'s sealed file and its ETag, or 409 not_sealed.
+async fn open_sealed(app: &AppState, id: &str) -> Result<(OpenSealed, String), ApiError> {
+    let Some(sealed) = app.store.open_sealed(id).await? else {
+        return Err(ApiError::new(
+            StatusCode::CONFLICT,
+            ErrorCode::NotSealed,
+            format!("archive {id:?} is live; seal it first (POST /archives/{id}/seal)"),
+        ));
+    };
+    // The sealing snapshot is unique to this archive's history, so a dropped
+    // and re-created archive sealed to the same length still gets a new tag.
+    let snapshot = sealed.snapshot_id.unwrap_or_default();
+    let etag = format!("{id}-{snapshot:x}-{}", sealed.len);
+    Ok((sealed, etag))
+}
+
+/// The sealed archive's SHA-256, as sha256sum prints it
+///
+/// `<64 hex digits>  <id>.znippy`: with the download saved as <id>.znippy, `sha256sum -c`
+/// checks it. The seal reads no payload, so this is computed by reading the sealed file once,
+/// the first time it is asked for, and kept by this node from then on.
+#[utoipa::path(
+    get, path = "/archives/{id}/archive.znippy.sha256", tag = "archives",
+    operation_id = "archiveSha256",
+    params(ArchiveId),
+    security((), ("bearer" = [])),
+    responses(
+        (status = 200, description = "One line, as sha256sum prints it.", body = String,
+            content_type = "text/plain"),
+        (status = 400, response = openapi::BadId),
+        (status = 401, response = openapi::Unauthorized),
+        (status = 403, response = openapi::Forbidden),
+        (status = 404, response = openapi::NoArchive),
+        (status = 409, description = "not_sealed: the archive is live; seal it first.",
+            body = crate::error::ErrorBody),
+        (status = 500, response = openapi::Internal),
+    ),
+)]
+pub(crate) async fn sha256(
+    State(app): State<AppState>,
+    ApiPath(id): ApiPath<String>,
+) -> Result<Response, ApiError> {
+    let (sealed, etag) = open_sealed(&app, &id).await?;
+    let known = app
+        .checksums
+        .lock()
+        .ok()
+        .and_then(|c| c.get(&etag).copied());
+    let sum = match known {
+        Some(sum) => sum,
+        None => {
+            let sum = tokio::task::spawn_blocking(move || sha256_of(&*sealed.source, sealed.len))
+                .await
+                .map_err(|e| ApiError::internal(format!("checksum task: {e}")))?
+                .map_err(|e| ApiError::internal(format!("reading the sealed archive: {e}")))?;
+            if let Ok(mut c) = app.checksums.lock() {
+                c.insert(etag, sum);
+            }
+            sum
+        }
+    };
+    let line = format!("{}  {id}.znippy\n", hex(&sum));
+    Ok(([(header::CONTENT_TYPE, "text/plain; charset=utf-8")], line).into_response())
+}
+
+/// SHA-256 of the first `len` bytes of `source`, read in pieces of at most
+/// 8 MiB (on object storage each piece is one ranged GET).
+fn sha256_of(source: &dyn ReadAt, len: u64) -> std::io::Result<[u8; 32]> {
+    use sha2::{Digest, Sha256};
+    let mut hash = Sha256::new();
+    let mut buf = vec![0u8; len.min(8 << 20) as usize];
+    let mut at = 0;
+    while at < len {
+        let n = buf.len().min((len - at) as usize);
+        source.read_exact_at(&mut buf[..n], at)?;
+        hash.update(&buf[..n]);
+        at += n as u64;
+    }
+    Ok(hash.finalize().into())
 }
 
 /// The sealed archive's headers

@@ -7,6 +7,7 @@ use axum::Json;
 use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 use znippy_format::Kind;
+use znippy_store::Listed;
 
 use crate::error::{ApiError, ErrorBody, ErrorCode};
 use crate::extract::{ApiPath, ApiQuery};
@@ -31,6 +32,11 @@ pub(crate) struct ListQuery {
     /// Page size, 1 to 10000 (otherwise 400 bad_limit).
     #[param(minimum = 1, maximum = 10000, default = 1000)]
     limit: Option<usize>,
+    /// `/` folds the listing at the directory `prefix` (which must then be empty or end with
+    /// `/`): the files directly in it, and each subdirectory once in `dirs`. Anything else is
+    /// 400 bad_query.
+    #[param(pattern = "^/$")]
+    delimiter: Option<String>,
 }
 
 /// One live file.
@@ -61,6 +67,10 @@ fn kind_schema() -> utoipa::openapi::RefOr<utoipa::openapi::schema::Schema> {
 #[derive(Serialize, ToSchema)]
 pub(crate) struct FileList {
     files: Vec<FileEntry>,
+    /// With delimiter=/: the subdirectories in this page, each `prefix` + name + `/`, in path
+    /// order among the files (a page's limit counts both). Absent without a delimiter.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    dirs: Option<Vec<String>>,
     /// Pass as ?after= for the next page; null on the last page.
     #[schema(required)]
     next: Option<String>,
@@ -92,30 +102,57 @@ pub(crate) async fn list(
             format!("limit must be 1..={MAX_PAGE}"),
         ));
     }
+    let folded = match q.delimiter.as_deref() {
+        None => false,
+        Some("/") if q.prefix.is_empty() || q.prefix.ends_with('/') => true,
+        Some("/") => {
+            return Err(ApiError::bad_request(
+                ErrorCode::BadQuery,
+                "with delimiter=/ the prefix must be a directory: empty or ending with /",
+            ))
+        }
+        Some(_) => {
+            return Err(ApiError::bad_request(
+                ErrorCode::BadQuery,
+                "the only delimiter is /",
+            ))
+        }
+    };
     // One more than asked tells whether there is a next page.
-    let mut page = app
-        .store
-        .list_page(&id, &q.prefix, q.after.as_deref(), limit + 1)
-        .await?;
+    let after = q.after.as_deref();
+    let mut page: Vec<Listed> = if folded {
+        app.store
+            .list_folded(&id, &q.prefix, after, limit + 1)
+            .await?
+    } else {
+        app.store
+            .list_page(&id, &q.prefix, after, limit + 1)
+            .await?
+            .into_iter()
+            .map(Listed::File)
+            .collect()
+    };
     let next = if page.len() > limit {
         page.truncate(limit);
-        page.last().map(|e| e.path.clone())
+        page.last().map(|e| e.path().to_string())
     } else {
         None
     };
-    let files = page
-        .into_iter()
-        .map(|e| {
-            Ok(FileEntry {
+    let (mut files, mut dirs) = (Vec::new(), Vec::new());
+    for item in page {
+        match item {
+            Listed::File(e) => files.push(FileEntry {
                 kind: e.kind()?.name(),
                 size: e.size,
                 mode: e.mode.map(|m| m & 0o7777),
                 slices: e.slices,
                 path: e.path,
-            })
-        })
-        .collect::<Result<_, znippy_format::Error>>()?;
-    Ok(Json(FileList { files, next }))
+            }),
+            Listed::Dir(d) => dirs.push(d),
+        }
+    }
+    let dirs = folded.then_some(dirs);
+    Ok(Json(FileList { files, dirs, next }))
 }
 
 /// Read one file (Range, ETag)

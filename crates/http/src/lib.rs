@@ -27,6 +27,8 @@
 //!   as a namespace holding its `files` and `meta` tables, so DuckDB, pyiceberg,
 //!   Spark or Trino query live archives with their own Iceberg readers.
 //!
+//! - **Web console** (`console.rs`): a page at `/` over the same API,
+//!   compiled into the binary.
 //! - **API description** (`openapi.rs`): each handler carries its operation,
 //!   the router is built from the handlers, and `/openapi.json` serves the
 //!   document they make (checked in as `docs/openapi.json`).
@@ -34,6 +36,7 @@
 mod archives;
 mod auth;
 mod body;
+mod console;
 mod error;
 mod extract;
 mod files;
@@ -162,6 +165,8 @@ pub(crate) struct AppState {
     pub metrics: Arc<Metrics>,
     /// The API description, as `/openapi.json` serves it.
     pub openapi: Arc<str>,
+    /// The SHA-256 of each sealed file this node has read, by its ETag.
+    pub checksums: Arc<std::sync::Mutex<std::collections::HashMap<String, [u8; 32]>>>,
 }
 
 /// Every route, from the handlers that document themselves: those that
@@ -179,10 +184,14 @@ fn routes() -> (Router<AppState>, Router<AppState>, String) {
             files::delete_file
         ))
         .routes(routes!(meta::search, meta::set))
+        .routes(routes!(archives::history))
         .routes(routes!(archives::seal))
         .routes(routes!(archives::download, archives::head_download))
+        .routes(routes!(archives::sha256))
         .split_for_parts();
     let (open, open_doc) = OpenApiRouter::new()
+        .routes(routes!(console::index))
+        .routes(routes!(console::asset))
         .routes(routes!(healthz))
         .routes(routes!(observe::render))
         .routes(routes!(serve_openapi))
@@ -208,6 +217,7 @@ pub fn router(store: Arc<Store>, config: Config) -> Router {
         config: Arc::new(config),
         metrics: Arc::new(Metrics::default()),
         openapi: openapi.into(),
+        checksums: Arc::default(),
     };
     let guarded = guarded.route_layer(axum::middleware::from_fn_with_state(
         state.clone(),

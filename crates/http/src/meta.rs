@@ -1,4 +1,4 @@
-//! Metadata: search by key or key prefix, and set facts.
+//! Metadata: search by key, key prefix or file, and set facts.
 //!
 //! A search answers one of three things, and says which in `result`:
 //! `no_metadata` (the archive has no metadata section: nothing was searched),
@@ -23,10 +23,12 @@ use crate::{read_json, AppState};
 #[serde(deny_unknown_fields)]
 #[into_params(parameter_in = Query)]
 pub(crate) struct SearchQuery {
-    /// Exact key. Give exactly one of key or prefix.
+    /// Exact key. Give exactly one of key, prefix or path.
     key: Option<String>,
-    /// Key prefix. Give exactly one of key or prefix.
+    /// Key prefix. Give exactly one of key, prefix or path.
     prefix: Option<String>,
+    /// Every fact about this file, in key order. Give exactly one of key, prefix or path.
+    path: Option<String>,
     /// The next of the previous page of the same search (an opaque token; anything else is
     /// 400 bad_query).
     after: Option<String>,
@@ -155,7 +157,7 @@ enum Outcome {
     Hits,
 }
 
-/// Search metadata by key or key prefix, a page at a time
+/// Search metadata by key, key prefix or file, a page at a time
 #[utoipa::path(
     get, path = "/archives/{id}/meta", tag = "meta", operation_id = "searchMeta",
     params(ArchiveId, SearchQuery),
@@ -175,13 +177,14 @@ pub(crate) async fn search(
     ApiPath(id): ApiPath<String>,
     ApiQuery(q): ApiQuery<SearchQuery>,
 ) -> Result<Json<Found>, ApiError> {
-    let query = match (q.key, q.prefix) {
-        (Some(k), None) => MetaQuery::Key(k),
-        (None, Some(p)) => MetaQuery::Prefix(p),
+    let query = match (q.key, q.prefix, q.path) {
+        (Some(k), None, None) => MetaQuery::Key(k),
+        (None, Some(p), None) => MetaQuery::Prefix(p),
+        (None, None, Some(p)) => MetaQuery::Path(p),
         _ => {
             return Err(ApiError::bad_request(
                 ErrorCode::BadQuery,
-                "give exactly one of ?key=K or ?prefix=P",
+                "give exactly one of ?key=K, ?prefix=P or ?path=FILE",
             ))
         }
     };

@@ -39,8 +39,8 @@ use crate::error::ErrorCode;
             unknown path is 404 no_route, a method a path does not take is 405 bad_method. When \
             a token is configured (--token or ZNIPPY_TOKEN), every request under /archives and \
             /iceberg/v1 other than GET and HEAD needs 'Authorization: Bearer <token>'; with \
-            --private-reads GET and HEAD need it too. /healthz, /metrics and /openapi.json \
-            never do. Every GET route also answers HEAD.",
+            --private-reads GET and HEAD need it too. /healthz, /metrics, /openapi.json and the \
+            web console's files (/ and /console/) never do. Every GET route also answers HEAD.",
         license(name = "Apache-2.0", identifier = "Apache-2.0"),
     ),
     servers((url = "http://127.0.0.1:7878", description = "The default --listen address.")),
@@ -51,6 +51,7 @@ use crate::error::ErrorCode;
         (name = "iceberg", description = "Read-only Iceberg REST catalog: each archive is a \
             namespace holding the tables files and meta."),
         (name = "service", description = "Health, metrics, this document."),
+        (name = "console", description = "The web console, served by the binary itself."),
     ),
     components(
         schemas(crate::error::ErrorBody, RestError, Bytes),

@@ -342,6 +342,60 @@ async fn metadata_absent_empty_and_found() {
         .unwrap();
     json(r, StatusCode::OK).await;
     assert_eq!(result("none").await, "hits");
+
+    // ?path= gives every fact about one file, in key order, and nothing of
+    // another file or of the archive.
+    put(&c, &s, "none", "g", b"y".to_vec()).await;
+    let r = c
+        .put(s.url("/archives/none/meta"))
+        .json(&json!({ "set": [
+            { "path": "f", "key": "a", "value": "first" },
+            { "path": "g", "key": "k", "value": 8 },
+            { "key": "k", "value": "archive" },
+        ] }))
+        .send()
+        .await
+        .unwrap();
+    json(r, StatusCode::OK).await;
+    let facts = |q: &'static str| {
+        let c = c.clone();
+        let url = s.url(&format!("/archives/none/meta?{q}"));
+        async move { json(c.get(url).send().await.unwrap(), StatusCode::OK).await }
+    };
+    let v = facts("path=f").await;
+    assert_eq!(v["result"], "hits");
+    let keys: Vec<&str> = v["rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["key"].as_str().unwrap())
+        .collect();
+    assert_eq!(keys, ["a", "k"]);
+    assert!(v["rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .all(|r| r["path"] == "f"));
+    let v = facts("path=f&limit=1").await;
+    let next = v["next"].as_str().unwrap().to_string();
+    let v = json(
+        c.get(s.url("/archives/none/meta"))
+            .query(&[("path", "f"), ("after", &next)])
+            .send()
+            .await
+            .unwrap(),
+        StatusCode::OK,
+    )
+    .await;
+    assert_eq!(v["rows"][0]["key"], "k");
+    assert_eq!(v["next"], serde_json::Value::Null);
+    assert_eq!(facts("path=nothing").await["result"], "no_match");
+    let r = c
+        .get(s.url("/archives/none/meta?path=f&key=k"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(error_code(r, StatusCode::BAD_REQUEST).await, "bad_query");
     s.stop().await;
 }
 
@@ -440,6 +494,217 @@ async fn listing_pages_cover_everything_once() {
     for limit in [1, 7, 100, 250, 1000] {
         assert_eq!(list_all(&c, &s, "p", limit).await, want, "limit {limit}");
     }
+    s.stop().await;
+}
+
+/// A folded listing (`delimiter=/`) of any directory, at any page size, is
+/// what folding the full listing gives (the oracle): each file directly in
+/// the directory and each subdirectory once, in path order, across pages.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn folded_listings_are_the_full_listing_folded() {
+    let s = Server::start(|_| {}).await;
+    let c = client();
+    create(&c, &s, "t", false).await;
+    // Names chosen to sort around '/': "a-b" and "a.c" before "a/", "a0" after.
+    let mut paths: Vec<String> = [
+        "a-b", "a.c", "a/x", "a/y/z", "a/y/w", "a0", "b/c/d/e", "top",
+    ]
+    .map(String::from)
+    .to_vec();
+    paths.extend((0..40).map(|i| format!("many/d{}/f{i}", i % 6)));
+    paths.extend((0..15).map(|i| format!("many/f{i:02}")));
+    let mut form = Form::new();
+    for p in &paths {
+        form = form.part("f", Part::bytes(p.as_bytes().to_vec()).file_name(p.clone()));
+    }
+    let r = c
+        .post(s.url("/archives/t/files"))
+        .multipart(form)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(json(r, StatusCode::OK).await["files"], paths.len());
+    paths.sort();
+
+    let fold = |dir: &str| -> Vec<String> {
+        let mut out: Vec<String> = Vec::new();
+        for p in paths.iter().filter_map(|p| p.strip_prefix(dir)) {
+            let item = match p.find('/') {
+                Some(i) => format!("{dir}{}", &p[..=i]),
+                None => format!("{dir}{p}"),
+            };
+            if out.last() != Some(&item) {
+                out.push(item);
+            }
+        }
+        out
+    };
+    for dir in ["", "a/", "a/y/", "b/", "b/c/", "many/", "many/d3/", "nope/"] {
+        for limit in [1, 2, 5, 1000] {
+            let (mut got, mut after) = (Vec::new(), None::<String>);
+            loop {
+                let mut q = vec![
+                    ("prefix", dir.to_string()),
+                    ("delimiter", "/".into()),
+                    ("limit", limit.to_string()),
+                ];
+                q.extend(after.iter().map(|a| ("after", a.clone())));
+                let r = c
+                    .get(s.url("/archives/t/files"))
+                    .query(&q)
+                    .send()
+                    .await
+                    .unwrap();
+                let v = json(r, StatusCode::OK).await;
+                let mut page: Vec<String> = v["files"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|f| f["path"].as_str().unwrap().to_string())
+                    .chain(
+                        v["dirs"]
+                            .as_array()
+                            .unwrap()
+                            .iter()
+                            .map(|d| d.as_str().unwrap().to_string()),
+                    )
+                    .collect();
+                assert!(page.len() <= limit, "{dir} limit {limit}: {page:?}");
+                page.sort();
+                got.extend(page);
+                match v["next"].as_str() {
+                    Some(n) => after = Some(n.to_string()),
+                    None => break,
+                }
+            }
+            assert_eq!(got, fold(dir), "{dir} limit {limit}");
+        }
+    }
+
+    // Without a delimiter there is no dirs field; a bad delimiter or a
+    // prefix that is not a directory is refused.
+    let r = c
+        .get(s.url("/archives/t/files?prefix=a/"))
+        .send()
+        .await
+        .unwrap();
+    assert!(json(r, StatusCode::OK).await.get("dirs").is_none());
+    for q in ["delimiter=%2C", "delimiter=/&prefix=a", "delimiter="] {
+        let r = c
+            .get(s.url(&format!("/archives/t/files?{q}")))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(
+            error_code(r, StatusCode::BAD_REQUEST).await,
+            "bad_query",
+            "{q}"
+        );
+    }
+    s.stop().await;
+}
+
+/// The history is the files table's snapshots, newest first, each saying
+/// what it committed; the sealed file's SHA-256 is what `sha256sum` of the
+/// download prints, read once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn history_and_the_sealed_files_sha256() {
+    use sha2::{Digest, Sha256};
+    let s = Server::start(|_| {}).await;
+    let c = client();
+    create(&c, &s, "h", false).await;
+    create(&c, &s, "live", false).await;
+    let form = Form::new()
+        .part("f", Part::bytes(b"one".to_vec()).file_name("a"))
+        .part("f", Part::bytes(b"three".to_vec()).file_name("b"));
+    let r = c
+        .post(s.url("/archives/h/files"))
+        .multipart(form)
+        .send()
+        .await
+        .unwrap();
+    json(r, StatusCode::OK).await;
+    put(&c, &s, "h", "c", b"fourth".to_vec()).await;
+    let r = c.delete(s.url("/archives/h/files/a")).send().await.unwrap();
+    json(r, StatusCode::OK).await;
+    let r = c.post(s.url("/archives/h/seal")).send().await.unwrap();
+    let sealed = json(r, StatusCode::OK).await;
+
+    let r = c.get(s.url("/archives/h/history")).send().await.unwrap();
+    let v = json(r, StatusCode::OK).await;
+    let changes = v["changes"].as_array().unwrap();
+    let kinds: Vec<&str> = changes
+        .iter()
+        .map(|c| c["kind"].as_str().unwrap())
+        .collect();
+    assert_eq!(kinds, ["seal", "delete", "append", "append"]);
+    let seqs: Vec<u64> = changes
+        .iter()
+        .map(|c| c["append_seq"].as_u64().unwrap())
+        .collect();
+    assert_eq!(seqs, [3, 3, 2, 1]);
+    assert_eq!(changes[3]["files"], 2);
+    assert_eq!(changes[3]["bytes"], 8);
+    assert_eq!(changes[3]["appends"], 1);
+    assert_eq!(changes[2]["files"], 1);
+    assert_eq!(changes[1]["files"], serde_json::Value::Null);
+    let times: Vec<i64> = changes
+        .iter()
+        .map(|c| c["timestamp_ms"].as_i64().unwrap())
+        .collect();
+    assert!(times.windows(2).all(|w| w[0] >= w[1]), "{times:?}");
+    let ids: Vec<i64> = changes
+        .iter()
+        .map(|c| c["snapshot_id"].as_i64().unwrap())
+        .collect();
+    let info = json(
+        c.get(s.url("/archives/h")).send().await.unwrap(),
+        StatusCode::OK,
+    )
+    .await;
+    assert_eq!(info["snapshot_id"].as_i64(), Some(ids[0]));
+
+    let r = c
+        .get(s.url("/archives/h/archive.znippy"))
+        .send()
+        .await
+        .unwrap();
+    let bytes = r.bytes().await.unwrap();
+    let hex: String = Sha256::digest(&bytes)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    assert_eq!(sealed["size"], bytes.len() as u64);
+    assert_eq!(sealed["sha256"], "/archives/h/archive.znippy.sha256");
+    // The sealed file is read for it once, then not again.
+    let bytes_read = || async {
+        let r = c.get(s.url("/archives/h")).send().await.unwrap();
+        json(r, StatusCode::OK).await["bytes_read"]
+            .as_u64()
+            .unwrap()
+    };
+    let mut reads = vec![bytes_read().await];
+    for _ in 0..2 {
+        let r = c
+            .get(s.url("/archives/h/archive.znippy.sha256"))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), StatusCode::OK);
+        assert_eq!(r.text().await.unwrap(), format!("{hex}  h.znippy\n"));
+        reads.push(bytes_read().await);
+    }
+    assert_eq!(reads[1] - reads[0], bytes.len() as u64, "{reads:?}");
+    assert_eq!(reads[2], reads[1], "a known checksum reads nothing");
+    let r = c.get(s.url("/archives/none/history")).send().await.unwrap();
+    assert_eq!(error_code(r, StatusCode::NOT_FOUND).await, "no_archive");
+    put(&c, &s, "live", "x", b"x".to_vec()).await;
+    let r = c
+        .get(s.url("/archives/live/archive.znippy.sha256"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(error_code(r, StatusCode::CONFLICT).await, "not_sealed");
     s.stop().await;
 }
 
@@ -605,7 +870,8 @@ async fn health_metrics_and_openapi() {
             .replace("{id}", "ghost")
             .replace("{path}", "x")
             .replace("{ns}", "ghost")
-            .replace("{table}", "files");
+            .replace("{table}", "files")
+            .replace("{asset}", "console.js");
         for method in ops.as_object().unwrap().keys() {
             // Path-level keys such as "parameters" are not operations.
             if !["get", "head", "post", "put", "delete", "patch"].contains(&method.as_str()) {
@@ -640,8 +906,10 @@ async fn health_metrics_and_openapi() {
         ("/archives/{id}/files/{path}", "delete"),
         ("/archives/{id}/meta", "get"),
         ("/archives/{id}/meta", "put"),
+        ("/archives/{id}/history", "get"),
         ("/archives/{id}/seal", "post"),
         ("/archives/{id}/archive.znippy", "get"),
+        ("/archives/{id}/archive.znippy.sha256", "get"),
         ("/iceberg/v1/config", "get"),
         ("/iceberg/v1/namespaces", "get"),
         ("/iceberg/v1/namespaces/{ns}", "get"),
@@ -650,13 +918,15 @@ async fn health_metrics_and_openapi() {
         ("/healthz", "get"),
         ("/metrics", "get"),
         ("/openapi.json", "get"),
+        ("/", "get"),
+        ("/console/{asset}", "get"),
     ] {
         assert!(
             paths.get(path).and_then(|p| p.get(method)).is_some(),
             "{method} {path} is not in docs/openapi.json"
         );
     }
-    assert!(operations >= 22);
+    assert!(operations >= 26);
     s.stop().await;
 }
 

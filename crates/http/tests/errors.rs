@@ -585,6 +585,38 @@ async fn token_guards_writes_and_private_reads() {
         c.get(s.url("/healthz")).send().await.unwrap().status(),
         StatusCode::OK
     );
+    // So do the console's files, which hold no data, each with a policy
+    // that lets the page run only its own script against this origin.
+    for (path, kind) in [
+        ("/", "text/html"),
+        ("/console/console.js", "text/javascript"),
+        ("/console/console.css", "text/css"),
+    ] {
+        let r = c.get(s.url(path)).send().await.unwrap();
+        assert_eq!(r.status(), StatusCode::OK, "{path}");
+        let h = r.headers();
+        assert!(
+            h["content-type"].to_str().unwrap().starts_with(kind),
+            "{path}"
+        );
+        let policy = h["content-security-policy"].to_str().unwrap();
+        assert!(policy.contains("script-src 'self'") && policy.contains("connect-src 'self'"));
+        assert_eq!(h["x-content-type-options"], "nosniff");
+    }
+    let page = c
+        .get(s.url("/"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        page.contains(r#"<script src="/console/console.js""#),
+        "{page}"
+    );
+    let r = c.get(s.url("/console/nope.js")).send().await.unwrap();
+    assert_eq!(error_code(r, StatusCode::NOT_FOUND).await, "no_file");
     s.stop().await;
 }
 

@@ -49,13 +49,13 @@ use crate::blobs::Blobs;
 use crate::catalog::BLOB_END_KEY;
 use crate::error::{Result, StoreError};
 use crate::file::{FileReader, ScratchPool};
+use crate::history::{self, Change, APPEND_SEQ_KEY};
 use crate::maintenance;
 use crate::pinned::Pinned;
 use crate::sealed::{SealedAt, SealedFile, SealedWriter, SEALED_KEY, SEALED_LEN_KEY};
 use crate::segments::Segment;
 use crate::tables::{self, FileRow, MetaLogRow, FILES, META};
 
-const APPEND_SEQ_KEY: &str = "znippy.append-seq";
 const PENDING_META_KEY: &str = "znippy.pending-meta";
 
 /// A live file: its rows (in file order) and the append that wrote them.
@@ -358,6 +358,37 @@ fn summary_u64(table: &Table, key: &str) -> Result<u64> {
     }
 }
 
+/// One item of a folded listing ([`crate::Store::list_folded`]).
+#[derive(Debug, Clone, PartialEq)]
+pub enum Listed {
+    /// A live file directly in the listed directory.
+    File(Entry),
+    /// A subdirectory holding live files, as its path with a trailing `/`.
+    Dir(String),
+}
+
+impl Listed {
+    /// The path of the file, or of the directory with its trailing `/`.
+    pub fn path(&self) -> &str {
+        match self {
+            Listed::File(e) => &e.path,
+            Listed::Dir(d) => d,
+        }
+    }
+}
+
+/// Where a listing resumes after `item`: past the file, or past every path
+/// under the directory `d/`. An archive path has no empty component, so a
+/// trailing `/` names a directory, and `'0'` is the character after `'/'`:
+/// every path starting with `d/` sorts before `d0`.
+fn past(item: &str) -> std::ops::Bound<String> {
+    use std::ops::Bound;
+    match item.strip_suffix('/') {
+        Some(dir) => Bound::Included(format!("{dir}0")),
+        None => Bound::Excluded(item.to_string()),
+    }
+}
+
 /// Latest append wins per path; a tombstone there deletes it.
 fn live_files(rows: Vec<FileRow>) -> Result<BTreeMap<String, LiveFile>> {
     let mut latest: HashMap<String, (u64, bool, Vec<SliceRow>)> = HashMap::new();
@@ -545,6 +576,36 @@ impl LiveArchive {
             .take(limit)
             .map(|(p, f)| f.entry(p))
             .collect()
+    }
+
+    /// Up to `limit` entries of the folded listing of the directory `prefix`
+    /// (which ends with `/`, or is empty for the root) that sort after
+    /// `after`: its live files, and each subdirectory once, as
+    /// [`Listed::Dir`] (`prefix` + name + `/`). A subdirectory costs one seek
+    /// past its files, never a walk of them, so a page of the root of a
+    /// million-file archive costs what a page of a small one does.
+    pub fn folded_page(&self, prefix: &str, after: Option<&str>, limit: usize) -> Vec<Listed> {
+        use std::ops::Bound;
+        let mut from = match after {
+            Some(a) if a >= prefix => past(a),
+            _ => Bound::Included(prefix.to_string()),
+        };
+        let mut out = Vec::new();
+        while out.len() < limit {
+            let Some((path, file)) = self.live.range((from, Bound::Unbounded)).next() else {
+                break;
+            };
+            let Some(rest) = path.strip_prefix(prefix) else {
+                break;
+            };
+            let item = match rest.find('/') {
+                Some(i) => Listed::Dir(path[..prefix.len() + i + 1].to_string()),
+                None => Listed::File(file.entry(path)),
+            };
+            from = past(item.path());
+            out.push(item);
+        }
+        out
     }
 
     /// One live file's entry.
@@ -1170,7 +1231,7 @@ impl LiveArchive {
         plan: &SealPlan,
         sealed: &SealedFile,
     ) -> Result<()> {
-        let mut summary = change_summary(plan.append_seq, plan.blob_end);
+        let mut summary = history::summary(plan.append_seq, plan.blob_end, Change::Seal);
         summary.insert(SEALED_KEY.to_string(), sealed.at.to_string());
         summary.insert(SEALED_LEN_KEY.to_string(), sealed.len.to_string());
         let idents = (&self.files_ident, &self.meta_ident);
@@ -1265,7 +1326,7 @@ impl LiveArchive {
             base,
             &[tomb],
             &meta_tombs,
-            change_summary(seq, self.blob_end),
+            history::summary(seq, self.blob_end, Change::Delete),
         )
         .await?;
         let snapshot_id = committed.snapshot_id;
@@ -1292,6 +1353,11 @@ impl Group {
     /// snapshot is; a failed metadata step is rolled forward on open).
     pub(crate) async fn commit(&self, catalog: &Backend) -> Result<(Committed, Result<()>)> {
         let seq = self.appends.last().map_or(0, |(_, s)| *s);
+        let change = Change::Append {
+            appends: self.appends.len() as u64,
+            files: self.appends.iter().map(|(q, _)| q.stats.files).sum(),
+            bytes: self.appends.iter().map(|(q, _)| q.stats.bytes_in).sum(),
+        };
         let idents = (&self.files_ident, &self.meta_ident);
         let (mut committed, pending) = commit_change(
             catalog,
@@ -1299,7 +1365,7 @@ impl Group {
             self.base,
             &self.file_rows,
             &self.meta_rows,
-            change_summary(seq, self.end),
+            history::summary(seq, self.end, change),
         )
         .await?;
         if pending.is_empty() {
@@ -1349,18 +1415,9 @@ impl Queued {
     }
 }
 
-/// What every `files` snapshot's summary holds: the append number of the
-/// change and the blob end after it.
-fn change_summary(seq: u64, blob_end: u64) -> HashMap<String, String> {
-    HashMap::from([
-        (BLOB_END_KEY.to_string(), blob_end.to_string()),
-        (APPEND_SEQ_KEY.to_string(), seq.to_string()),
-    ])
-}
-
 /// Steps 2 and 3 of a change to `tables` (`files`, `meta`): returns the
 /// `files` snapshot id and the meta data files still to commit (step 4).
-/// `props` is the snapshot's summary ([`change_summary`], and what else
+/// `props` is the snapshot's summary ([`history::summary`], and what else
 /// the change records).
 async fn commit_change(
     catalog: &Backend,

@@ -58,6 +58,8 @@
 //! - `sidecar.rs`: the blob file: positioned writes at the committed end, fsync,
 //!   and the check that it is still the file the store opened.
 //! - `file.rs`: one file opened for reading, verified slice by slice.
+//! - `history.rs`: what each `files` snapshot's summary says it committed,
+//!   and the history read back from them.
 //! - `budget.rs`: the engine-memory budget every append takes its share of.
 //! - `error.rs`: [`StoreError`].
 
@@ -69,6 +71,7 @@ mod catalog;
 mod db_file;
 mod error;
 mod file;
+mod history;
 mod maintenance;
 mod object_storage;
 mod pinned;
@@ -95,11 +98,12 @@ use znippy_format::{
 };
 
 use archive::LiveArchive;
-pub use archive::{AppendReceipt, SealPlan};
+pub use archive::{AppendReceipt, Listed, SealPlan};
 use backend::Backend;
 pub use catalog::{RedbCatalog, BLOB_END_KEY};
 pub use error::{Abandoned, Result, RowProblem, StoreError};
 pub use file::FileReader;
+pub use history::{ChangeKind, HistoryEntry};
 pub use object_storage::{ObjectStorage, ObjectStorageFactory};
 pub use remote::{Remote, RemoteConfig};
 pub use sealed::{SealedAt, SealedFile, SealedWriter};
@@ -876,6 +880,30 @@ impl Store {
     ) -> Result<Vec<Entry>> {
         let a = self.live(id, false).await?;
         Ok(a.entries_page(prefix, after, limit))
+    }
+
+    /// Up to `limit` items of the folded listing of the directory `prefix`
+    /// (ending with `/`, or empty for the root) that sort after `after`, in
+    /// path order: the live files directly in it, and each subdirectory
+    /// holding live files once, as [`Listed::Dir`]. Pass the last item's
+    /// [`Listed::path`] as `after` for the next page.
+    pub async fn list_folded(
+        &self,
+        id: &str,
+        prefix: &str,
+        after: Option<&str>,
+        limit: usize,
+    ) -> Result<Vec<Listed>> {
+        let a = self.live(id, false).await?;
+        Ok(a.folded_page(prefix, after, limit))
+    }
+
+    /// The changes `id`'s `files` table keeps, newest first (see
+    /// [`HistoryEntry`]); the oldest are expired as the table grows.
+    pub async fn history(&self, id: &str) -> Result<Vec<HistoryEntry>> {
+        let ident = self.live(id, false).await?.files_ident.clone();
+        let table = self.catalog.load_table(&ident).await?;
+        Ok(history::of(table.metadata()))
     }
 
     /// The sealed `.znippy` of `id`, open, once it is sealed. In a data
