@@ -27,7 +27,7 @@
 //! acknowledged once the group is committed and its rows are readable.
 
 use std::borrow::Cow;
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, HashMap};
 use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, OnceLock};
@@ -50,6 +50,7 @@ use crate::catalog::BLOB_END_KEY;
 use crate::error::{Result, StoreError};
 use crate::file::{FileReader, ScratchPool};
 use crate::history::{self, Change, APPEND_SEQ_KEY};
+use crate::live_files::{LiveFile, LiveFiles};
 use crate::maintenance;
 use crate::pinned::Pinned;
 use crate::sealed::{SealedAt, SealedFile, SealedWriter, SEALED_KEY, SEALED_LEN_KEY};
@@ -57,26 +58,6 @@ use crate::segments::Segment;
 use crate::tables::{self, FileRow, MetaLogRow, FILES, META};
 
 const PENDING_META_KEY: &str = "znippy.pending-meta";
-
-/// A live file: its rows (in file order) and the append that wrote them.
-#[derive(Debug, Clone)]
-pub struct LiveFile {
-    /// The append that last wrote this path.
-    pub append_seq: u64,
-    /// Its slices, in file order.
-    pub rows: Vec<SliceRow>,
-}
-
-impl LiveFile {
-    fn entry(&self, path: &str) -> Entry {
-        Entry {
-            path: path.to_string(),
-            size: self.rows.iter().map(|r| r.uncompressed_size).sum(),
-            mode: self.rows.first().and_then(|r| r.mode),
-            slices: self.rows.len() as u64,
-        }
-    }
-}
 
 /// What an append did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -246,10 +227,7 @@ pub struct LiveArchive {
     pub(crate) snapshot_id: Option<i64>,
     /// The `meta` snapshot the metadata was derived from.
     meta_snapshot_id: Option<i64>,
-    pub(crate) live: BTreeMap<String, LiveFile>,
-    /// The live paths not in Unicode normalization form C (derived from
-    /// `live`): what [`check_twins`] needs to compare a batch against.
-    unnormalized: BTreeSet<String>,
+    pub(crate) live: LiveFiles,
     pub(crate) meta: Metadata,
     /// Once sealed: the sealed file, which `blobs` then reads, tail and all.
     pub(crate) sealed: Option<SealedFile>,
@@ -514,12 +492,7 @@ impl LiveArchive {
             append_seq,
             snapshot_id: files.metadata().current_snapshot_id(),
             meta_snapshot_id,
-            unnormalized: live
-                .keys()
-                .filter(|p| matches!(nfc(p), Cow::Owned(_)))
-                .cloned()
-                .collect(),
-            live,
+            live: LiveFiles::new(live),
             meta,
             sealed,
             sealed_archive: OnceLock::new(),
@@ -937,7 +910,7 @@ impl LiveArchive {
             },
             below,
         )?;
-        let unnormalized = self.unnormalized.iter().map(String::as_str);
+        let unnormalized = self.live.unnormalized().iter().map(String::as_str);
         let queued = earlier
             .keys()
             .map(String::as_str)
@@ -1102,7 +1075,6 @@ impl LiveArchive {
                 let path = &t.slice.relative_path;
                 if self.live.get(path).is_some_and(|f| f.append_seq <= seq) {
                     self.live.remove(path);
-                    self.unnormalized.remove(path);
                     self.dead = true;
                 }
             }
@@ -1262,9 +1234,6 @@ impl LiveArchive {
                 continue;
             }
             rows.sort_by_key(|r| r.fdata_offset);
-            if matches!(nfc(&path), Cow::Owned(_)) {
-                self.unnormalized.insert(path.clone());
-            }
             replaced |= self
                 .live
                 .insert(
@@ -1331,7 +1300,6 @@ impl LiveArchive {
         .await?;
         let snapshot_id = committed.snapshot_id;
         self.live.remove(path);
-        self.unnormalized.remove(path);
         self.dead = true;
         self.engine = Some(self.fresh_engine()?);
         self.append_seq = seq;

@@ -58,6 +58,8 @@
 //! - `sidecar.rs`: the blob file: positioned writes at the committed end, fsync,
 //!   and the check that it is still the file the store opened.
 //! - `file.rs`: one file opened for reading, verified slice by slice.
+//! - `live_files.rs`: an archive's live files by path, with their total size
+//!   and un-normalized names kept beside.
 //! - `history.rs`: what each `files` snapshot's summary says it committed,
 //!   and the history read back from them.
 //! - `budget.rs`: the engine-memory budget every append takes its share of.
@@ -72,6 +74,7 @@ mod db_file;
 mod error;
 mod file;
 mod history;
+mod live_files;
 mod maintenance;
 mod object_storage;
 mod pinned;
@@ -686,12 +689,7 @@ impl Store {
             props: a.props,
             with_meta: matches!(a.meta, Metadata::Present(_)),
             files: a.live.len() as u64,
-            bytes_in: a
-                .live
-                .values()
-                .flat_map(|f| &f.rows)
-                .map(|r| r.uncompressed_size)
-                .sum(),
+            bytes_in: a.live.bytes(),
             bytes_stored: a.blob_end,
             bytes_read: a.blobs.bytes_read(),
             snapshot_id: a.snapshot_id,
