@@ -167,6 +167,9 @@ test('create, upload a folder, browse, preview, search, delete, seal and downloa
   await page.getByLabel('Value').fill('en');
   await page.getByRole('button', { name: 'Set fact' }).click();
   await page.locator('.facts-of td', { hasText: 'en' }).waitFor();
+  // The archive's numbers follow: it has a metadata section now, two appends.
+  await page.locator('main > div > dl.facts dd', { hasText: /^yes$/ }).waitFor();
+  assert.equal(await page.locator('main > div > dl.facts dd').nth(3).textContent(), '2');
   await page.screenshot({ path: join(SHOTS, 'preview.png'), fullPage: true });
   await openTab(page, 'Metadata', 'Search metadata');
   await page.getByLabel('Key').fill('lang');

@@ -172,6 +172,8 @@ const archiveHref = (id, tab, dir) => `#/a/${enc(id)}/${tab || 'files'}${dir ? `
 
 let drawn = 0;
 let viewFailed = false;
+// The archive view's numbers, drawn again after a change made on the page.
+let refreshStats = async () => {};
 async function route() {
   const main = document.getElementById('main');
   const at = parseHash();
@@ -257,7 +259,7 @@ async function archiveView(root, at) {
   }
   let stats = statsOf(a);
   // After a change made on this page, the numbers again, the rest kept.
-  const refresh = async () => {
+  refreshStats = async () => {
     const fresh = statsOf(await api('GET', `/archives/${enc(a.id)}`));
     stats.replaceWith(fresh);
     stats = fresh;
@@ -275,7 +277,7 @@ async function archiveView(root, at) {
   if (at.tab === 'meta') metaTab(panel, a);
   else if (at.tab === 'history') await historyTab(panel, a);
   else if (at.tab === 'query') queryTab(panel, a);
-  else await filesTab(panel, a, at.dir, refresh);
+  else await filesTab(panel, a, at.dir);
 }
 
 function statsOf(a) {
@@ -316,7 +318,7 @@ async function seal(id) {
 
 // ---------------------------------------------------------------- files
 
-async function filesTab(panel, a, dir, refresh) {
+async function filesTab(panel, a, dir) {
   const live = a.state === 'live';
   const parts = dir ? dir.replace(/\/$/, '').split('/') : [];
   const trail = h('nav', { class: 'trail', 'aria-label': 'Directory' }, h('a', { href: archiveHref(a.id) }, '/'));
@@ -372,7 +374,7 @@ async function filesTab(panel, a, dir, refresh) {
     preview);
   // After an upload or a delete: the listing and the numbers again, the
   // upload's progress list kept.
-  const changed = () => Promise.all([load(true), refresh()]).catch(report);
+  const changed = () => Promise.all([load(true), refreshStats()]).catch(report);
   if (live) panel.append(uploader(a, dir, changed));
   await load(true);
 }
@@ -462,6 +464,7 @@ async function factsOf(a, path) {
           });
           say(`Set ${key.value} of ${path}.`);
           sec.replaceWith(await factsOf(a, path));
+          await refreshStats();
         } catch (e) { report(e); }
       },
     }, h('label', { for: 'fact-key' }, 'Key'), key, h('label', { for: 'fact-value' }, 'Value'), value, h('button', { type: 'submit' }, 'Set fact')));
