@@ -265,6 +265,51 @@ async fn live_append_meta_committed() {
     live_append_dies_at("store.meta-committed", true).await;
 }
 
+/// A create that dies between its namespace and its tables leaves no
+/// archive any read opens; creating the id again completes it, and it takes
+/// appends.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn live_create_namespace_created() {
+    let tmp = tempfile::tempdir().unwrap();
+    let shadow = tmp.path().join("shadow");
+    for (crash, root) in [
+        (Crash::Process, tmp.path().join("process")),
+        (power(&shadow), tmp.path().join("power")),
+    ] {
+        let data = root.join("data");
+        // Another archive first, so the catalog exists before the crash.
+        ok_in(crash, &live(&data, &["create", "other"]));
+        die_at(
+            crash,
+            "store.namespace-created",
+            &live(&data, &["create", "a"]),
+        );
+        crash.aftermath(&data);
+        {
+            let store = Store::open(&data, 1).await.unwrap();
+            assert!(
+                matches!(store.info("a").await, Err(StoreError::NoArchive(_))),
+                "a half-made archive is no archive"
+            );
+            store.close().await;
+        }
+        ok(&live(&data, &["create", "a"]));
+        let (b0, files) = batch(&root, 0);
+        ok(&live(&data, &["append", "a", s(&b0)]));
+        let store = Store::open(&data, 1).await.unwrap();
+        for (path, want) in &files {
+            assert_eq!(&read(&store, path).await.unwrap(), want, "{path}");
+        }
+        let again = live(&data, &["create", "a"]);
+        store.close().await;
+        let out = znippy(&again);
+        assert!(
+            !out.status.success(),
+            "a whole archive is not created twice"
+        );
+    }
+}
+
 /// Builds live archive `a` in `data` from batches 0 and 1, with batch 0's
 /// small file deleted when `dead` (so the seal re-packs).
 fn live_for_seal(crash: Crash, data: &Path, root: &Path, dead: bool) {

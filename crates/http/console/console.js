@@ -162,7 +162,12 @@ function downloadLink(url, name, label) {
 // #/a/ID/files/DIR          a directory (DIR encoded as one component)
 // #/a/ID/meta | history | query
 function parseHash() {
-  const parts = location.hash.replace(/^#\/?/, '').split('/').map(decodeURIComponent);
+  let parts;
+  try {
+    parts = location.hash.replace(/^#\/?/, '').split('/').map(decodeURIComponent);
+  } catch (_) {
+    return { view: 'archives' }; // a hand-typed hash that is not percent-encoding
+  }
   if (parts[0] !== 'a' || !parts[1]) return { view: 'archives' };
   const tab = parts[2] || 'files';
   return { view: 'archive', id: parts[1], tab, dir: tab === 'files' ? (parts[3] || '') : '' };

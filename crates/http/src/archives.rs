@@ -8,7 +8,7 @@ use axum::Json;
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 use znippy_format::{ArchiveProps, ReadAt};
-use znippy_store::{CreateOptions, OpenSealed, State as ArchiveState};
+use znippy_store::{CreateOptions, OpenSealed, State as ArchiveState, StoreError};
 
 use crate::error::{ApiError, ErrorCode};
 use crate::extract::ApiPath;
@@ -155,7 +155,11 @@ pub(crate) async fn create(State(app): State<AppState>, body: Body) -> Result<Re
 pub(crate) async fn list(State(app): State<AppState>) -> Result<Json<ArchiveList>, ApiError> {
     let mut archives = Vec::new();
     for id in app.store.list().await? {
-        archives.push(app.store.info(&id).await?.into());
+        match app.store.info(&id).await {
+            // Dropped since it was listed, or not yet whole.
+            Err(StoreError::NoArchive(_)) => {}
+            r => archives.push(r?.into()),
+        }
     }
     Ok(Json(ArchiveList { archives }))
 }

@@ -594,16 +594,27 @@ impl Store {
             (P_META.to_string(), opts.with_meta.to_string()),
             (P_STATE.to_string(), "live".to_string()),
         ]);
-        match self.catalog.create_namespace(&ns, props).await {
-            Err(e) if e.kind() == ErrorKind::NamespaceAlreadyExists => {
-                return Err(StoreError::Exists(id.to_string()))
+        // The namespace first, then its tables: an archive is whole once
+        // both tables exist. A create that died between the steps (or one
+        // still running) left a namespace without them, which no read opens
+        // (`slot`), and which creating the id again completes.
+        let resumed = match self.catalog.create_namespace(&ns, props).await {
+            Err(e) if e.kind() == ErrorKind::NamespaceAlreadyExists => true,
+            r => {
+                r?;
+                false
             }
-            r => r?,
         };
+        znippy_format::failpoint("store.namespace-created");
+        let mut created = false;
         for (name, schema) in [
             (tables::FILES, tables::files_schema()),
             (tables::META, tables::meta_schema()),
         ] {
+            let ident = TableIdent::new(ns.clone(), name.into());
+            if resumed && self.catalog.table_exists(&ident).await? {
+                continue;
+            }
             let creation = TableCreation::builder()
                 .name(name.to_string())
                 .schema(schema)
@@ -615,12 +626,23 @@ impl Store {
                     METADATA_VERSIONS_KEPT.to_string(),
                 )]))
                 .build();
-            self.catalog.create_table(&ns, creation).await?;
+            match self.catalog.create_table(&ns, creation).await {
+                // Another create of the same id made it first.
+                Err(e) if e.kind() == ErrorKind::TableAlreadyExists => {
+                    return Err(StoreError::Exists(id.to_string()))
+                }
+                r => r?,
+            };
+            created = true;
+        }
+        if !created {
+            return Err(StoreError::Exists(id.to_string()));
         }
         self.info(id).await
     }
 
-    /// Ids of all archives.
+    /// Ids of all archives. An archive being created or dropped while this
+    /// runs may be listed and then be no archive to the next call.
     pub async fn list(&self) -> Result<Vec<String>> {
         let root = NamespaceIdent::new(ROOT_NAMESPACE.into());
         let mut ids: Vec<String> = self
@@ -645,7 +667,13 @@ impl Store {
         if !self.catalog.namespace_exists(&ns).await? {
             return Err(StoreError::NoArchive(id.to_string()));
         }
-        let a = LiveArchive::open(&self.catalog, id, &ns, self.threads).await?;
+        let a = match LiveArchive::open(&self.catalog, id, &ns, self.threads).await {
+            // A namespace whose create has not made its tables (yet).
+            Err(StoreError::Iceberg(e)) if e.kind() == ErrorKind::TableNotFound => {
+                return Err(StoreError::NoArchive(id.to_string()))
+            }
+            r => r?,
+        };
         let engine_bound = self.budget.bound(a.props).await?;
         let slot = Arc::new(Slot {
             writer: Arc::new(Mutex::new(())),
