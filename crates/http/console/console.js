@@ -227,8 +227,8 @@ async function archivesView(root) {
       }, 'Drop'))));
     root.append(h('div', { class: 'scroll' }, h('table', {},
       h('caption', { class: 'sr' }, 'Archives'),
-      h('thead', {}, h('tr', {}, ['Archive', 'State', 'Files', 'Bytes in', 'Stored', 'Ratio', 'Appends', ''].map((t, i) =>
-        h('th', { scope: 'col', class: i >= 4 && i <= 6 ? 'num wide' : (i >= 2 && i <= 3 ? 'num' : null) }, t)))),
+      h('thead', {}, h('tr', {}, [['Archive'], ['State'], ['Files', 'num'], ['Bytes in', 'num'], ['Stored', 'num wide'],
+        ['Ratio', 'num wide'], ['Appends', 'num wide'], ['']].map(([t, cls]) => h('th', { scope: 'col', class: cls }, t)))),
       h('tbody', {}, rows))));
   }
   const id = h('input', { id: 'new-id', name: 'id', required: true, pattern: '[A-Za-z0-9_\\-]{1,64}', maxlength: 64, autocomplete: 'off' });
@@ -634,8 +634,8 @@ async function historyTab(panel, a) {
   panel.append(h('h2', {}, 'History'), h('p', { class: 'hint' }, 'The snapshots of the files table the catalog keeps, newest first.'));
   if (changes.length === 0) { panel.append(h('p', { class: 'empty' }, 'Nothing committed yet.')); return; }
   panel.append(h('div', { class: 'scroll' }, h('table', { class: 'history' },
-    h('thead', {}, h('tr', {}, ['Append', 'Change', 'Time', 'Appends', 'Files', 'Bytes', 'Snapshot'].map((t, i) =>
-      h('th', { scope: 'col', class: i === 6 ? 'wide' : (i >= 3 ? 'num' : null) }, t)))),
+    h('thead', {}, h('tr', {}, [['Append'], ['Change'], ['Time'], ['Appends', 'num'], ['Files', 'num'], ['Bytes', 'num'],
+      ['Snapshot', 'wide']].map(([t, cls]) => h('th', { scope: 'col', class: cls }, t)))),
     h('tbody', {}, changes.map((c) => h('tr', {},
       h('td', {}, c.append_seq === null ? '—' : `#${c.append_seq}`),
       h('td', {}, c.kind), h('td', {}, when(c.timestamp_ms)),

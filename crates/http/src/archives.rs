@@ -14,7 +14,7 @@ use crate::error::{ApiError, ErrorCode};
 use crate::extract::ApiPath;
 use crate::openapi::{self, archive_id, ArchiveId, RangeHeaders};
 use crate::ranged::{self, Ranged};
-use crate::{read_json, AppState};
+use crate::{hex, read_json, AppState};
 
 /// Unknown fields are refused (bad_body). Omitted properties take the defaults.
 #[derive(Deserialize, ToSchema)]
@@ -359,10 +359,6 @@ pub(crate) async fn seal(
         .await
         .map_err(|e| ApiError::internal(format!("seal task: {e}")))??;
     Ok(Json(body))
-}
-
-fn hex(h: &[u8; 32]) -> String {
-    h.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 /// Download the sealed archive (Range, ETag)

@@ -371,6 +371,11 @@ async fn collect_garbage(store: Arc<Store>) {
     }
 }
 
+/// Lowercase hex, as every hash and bytes value the service answers is written.
+pub(crate) fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
 /// Largest JSON request body.
 const MAX_JSON: usize = 1 << 20;
 

@@ -17,7 +17,7 @@ use znippy_format::{MetaCursor, MetaQuery, MetaRow, MetaSearch, MetaTable, MetaV
 use crate::error::{ApiError, ErrorBody, ErrorCode};
 use crate::extract::{ApiPath, ApiQuery};
 use crate::openapi::{self, ArchiveId};
-use crate::{read_json, AppState};
+use crate::{hex, read_json, AppState};
 
 #[derive(Deserialize, IntoParams)]
 #[serde(deny_unknown_fields)]
@@ -67,10 +67,6 @@ fn parse_cursor(token: &str) -> Result<MetaCursor, ApiError> {
             "after is not a next token of this search",
         )),
     }
-}
-
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 fn unhex(s: &str) -> Option<Vec<u8>> {
