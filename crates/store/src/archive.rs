@@ -1492,19 +1492,11 @@ async fn commit_files(
     data: Vec<DataFile>,
     props: HashMap<String, String>,
 ) -> Result<Committed> {
-    let tx = Transaction::new(files);
-    let action = tx
-        .fast_append()
-        .with_check_duplicate(false)
-        .add_data_files(data)
-        .set_snapshot_properties(props);
-    // On the embedded catalog a commit may meet a rewrite's, which moves no
-    // blob or append number: iceberg's rebuild on the newer table is right.
     let committed = match catalog.redb() {
-        Some(redb) => action.apply(tx)?.commit(redb).await?,
+        Some(redb) => redb.append(files, data, props).await?,
         None => {
             let pinned = Pinned::new(catalog.catalog(), files);
-            action.apply(tx)?.commit(&pinned).await?
+            fast_append(&pinned, files, data, props).await?
         }
     };
     let snapshot = committed.metadata().current_snapshot().ok_or_else(|| {
@@ -1531,13 +1523,27 @@ async fn commit_meta(
     seq: u64,
 ) -> Result<Table> {
     let props = HashMap::from([(APPEND_SEQ_KEY.to_string(), seq.to_string())]);
-    let tx = Transaction::new(meta);
+    Ok(match catalog.redb() {
+        Some(redb) => redb.append(meta, files, props).await?,
+        None => fast_append(catalog.catalog(), meta, files, props).await?,
+    })
+}
+
+/// An append to a shared catalog's `table`, through iceberg-rust's
+/// transaction (the embedded catalog writes its own, `snapshot.rs`).
+async fn fast_append(
+    catalog: &dyn iceberg::Catalog,
+    table: &Table,
+    files: Vec<DataFile>,
+    props: HashMap<String, String>,
+) -> Result<Table> {
+    let tx = Transaction::new(table);
     let action = tx
         .fast_append()
         .with_check_duplicate(false)
         .add_data_files(files)
         .set_snapshot_properties(props);
-    Ok(action.apply(tx)?.commit(catalog.catalog()).await?)
+    Ok(action.apply(tx)?.commit(catalog).await?)
 }
 
 /// Commits the meta data files a `files` snapshot named but whose own commit

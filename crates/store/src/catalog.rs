@@ -30,7 +30,7 @@ use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
 use iceberg::io::{FileIO, FileIOBuilder};
-use iceberg::spec::{Manifest, ManifestFile, TableMetadata, TableMetadataBuilder};
+use iceberg::spec::{Manifest, ManifestFile, Snapshot, TableMetadata, TableMetadataBuilder};
 use iceberg::table::Table;
 use iceberg::{
     Catalog, Error, ErrorKind, MetadataLocation, Namespace, NamespaceIdent, Result, TableCommit,
@@ -41,6 +41,7 @@ use znippy_format::durable::{sync_dir, sync_parents};
 
 use crate::db_file::DbFile;
 use crate::storage::DurableFsFactory;
+use crate::tables;
 
 /// Snapshot-summary key holding the end of an archive's committed blob region.
 pub const BLOB_END_KEY: &str = "znippy.blob-end";
@@ -61,13 +62,26 @@ fn table_key(t: &TableIdent) -> String {
     format!("{}{SEP}{SEP}{}", ns_key(t.namespace()), t.name())
 }
 
-/// Manifests [`RedbCatalog::manifest`] keeps at most.
+/// Manifests [`RedbCatalog::manifest`] keeps at most, and manifest lists
+/// [`RedbCatalog::manifest_list`]. Every live one of a table is a few
+/// dozen: more than this many means the expiry that would have evicted
+/// them failed, or many archives are busy.
 const MANIFESTS_CACHED: usize = 1024;
 
 /// The caches hold copies of immutable files: a panic elsewhere cannot leave
 /// one wrong, only stale, and every use checks what it asks for.
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Keeps `value` in `cache` under `path`, and returns it.
+fn keep<T: ?Sized>(cache: &Mutex<HashMap<String, Arc<T>>>, path: &str, value: Arc<T>) -> Arc<T> {
+    let mut cache = lock(cache);
+    if cache.len() >= MANIFESTS_CACHED {
+        cache.clear();
+    }
+    cache.insert(path.to_string(), Arc::clone(&value));
+    value
 }
 
 fn db_err(e: impl std::fmt::Display) -> Error {
@@ -99,10 +113,13 @@ pub struct RedbCatalog {
     file_io: FileIO,
     /// Per table key: the metadata location last seen, parsed.
     parsed: Arc<Mutex<HashMap<String, (String, TableMetadata)>>>,
-    /// Manifests read by maintenance, by path (as immutable as metadata
-    /// files): a rewrite reads the manifests it replaces, and the expiry
-    /// that later deletes them reads them again.
+    /// Manifests this catalog wrote or read, by path (as immutable as
+    /// metadata files): a rewrite reads the manifests it replaces, and the
+    /// expiry that later deletes them reads them again (`snapshot.rs`).
     manifests: Arc<Mutex<HashMap<String, Arc<Manifest>>>>,
+    /// Manifest lists the same way: each append carries its parent's, and
+    /// each expiry reads every snapshot's.
+    lists: Arc<Mutex<HashMap<String, Arc<[ManifestFile]>>>>,
     /// Held while a table's path layout is rewritten, so two commits that
     /// finish together cannot leave the older one's hint last.
     hints: Arc<Mutex<()>>,
@@ -133,6 +150,7 @@ impl RedbCatalog {
             file_io: FileIOBuilder::new(Arc::new(DurableFsFactory)).build(),
             parsed: Arc::default(),
             manifests: Arc::default(),
+            lists: Arc::default(),
             hints: Arc::default(),
         })
     }
@@ -143,23 +161,47 @@ impl RedbCatalog {
         if let Some(manifest) = cached {
             return Ok(manifest);
         }
-        let manifest = Arc::new(m.load_manifest(&self.file_io).await?);
-        let mut cache = lock(&self.manifests);
-        // Rewrites come every few dozen commits and read a few dozen
-        // manifests: more than this many means the expiry that would have
-        // evicted them failed.
-        if cache.len() >= MANIFESTS_CACHED {
-            cache.clear();
-        }
-        cache.insert(m.manifest_path.clone(), Arc::clone(&manifest));
-        Ok(manifest)
+        let manifest = m.load_manifest(&self.file_io).await?;
+        Ok(self.keep_manifest(&m.manifest_path, manifest))
     }
 
-    /// Forgets manifests that were deleted.
-    pub(crate) fn forget_manifests<'a>(&self, paths: impl Iterator<Item = &'a String>) {
-        let mut cache = lock(&self.manifests);
+    /// Keeps `manifest`, the one at `path`.
+    pub(crate) fn keep_manifest(&self, path: &str, manifest: Manifest) -> Arc<Manifest> {
+        keep(&self.manifests, path, Arc::new(manifest))
+    }
+
+    /// The manifests `snap`'s list names, parsed once while it is in use.
+    pub(crate) async fn manifest_list(
+        &self,
+        metadata: &TableMetadata,
+        snap: &Snapshot,
+    ) -> Result<Arc<[ManifestFile]>> {
+        let cached = lock(&self.lists).get(snap.manifest_list()).cloned();
+        if let Some(list) = cached {
+            return Ok(list);
+        }
+        let list = tables::manifest_list(&self.file_io, metadata, snap).await?;
+        Ok(self.keep_manifest_list(
+            snap.manifest_list(),
+            list.consume_entries().into_iter().collect(),
+        ))
+    }
+
+    /// Keeps `manifests`, what the list at `path` names.
+    pub(crate) fn keep_manifest_list(
+        &self,
+        path: &str,
+        manifests: Vec<ManifestFile>,
+    ) -> Arc<[ManifestFile]> {
+        keep(&self.lists, path, manifests.into())
+    }
+
+    /// Forgets manifests and manifest lists that were deleted.
+    pub(crate) fn forget<'a>(&self, paths: impl Iterator<Item = &'a String>) {
+        let (mut manifests, mut lists) = (lock(&self.manifests), lock(&self.lists));
         for p in paths {
-            cache.remove(p);
+            manifests.remove(p);
+            lists.remove(p);
         }
     }
 
@@ -296,7 +338,8 @@ impl RedbCatalog {
         let next = next.to_string();
         written.push(local_path(&next));
         blocking(move || sync_parents(&written).map_err(|e| db_err(format!("fsync: {e}")))).await?;
-        self.swap(table.identifier(), old, (&next, built), None)
+        let blob_end = blob_end_of(table.metadata()).zip(blob_end_of(built));
+        self.swap(table.identifier(), old, (&next, built), blob_end)
             .await?;
         Ok(next)
     }

@@ -82,6 +82,7 @@ mod remote;
 mod sealed;
 mod segments;
 mod sidecar;
+mod snapshot;
 mod storage;
 mod tables;
 

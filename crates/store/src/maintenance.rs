@@ -29,8 +29,7 @@ use std::path::{Path, PathBuf};
 
 use arrow_array::RecordBatch;
 use iceberg::spec::{
-    DataFile, ManifestContentType, ManifestEntry, ManifestFile, ManifestList, ManifestListWriter,
-    ManifestWriterBuilder, Operation, Snapshot, Summary, TableMetadata, MAIN_BRANCH,
+    DataFile, ManifestContentType, ManifestEntry, ManifestFile, Operation, TableMetadata,
 };
 use iceberg::table::Table;
 use iceberg::transaction::{ApplyTransactionAction, Transaction};
@@ -39,6 +38,7 @@ use tokio::sync::Mutex;
 
 use crate::catalog::{local_path, metadata_location_of, version_link, RedbCatalog};
 use crate::error::Result;
+use crate::snapshot::NewSnapshot;
 use crate::tables;
 
 /// Data files a table may gather (one per group commit) before a rewrite.
@@ -160,7 +160,7 @@ pub(crate) struct Rewrite {
 
 impl Rewrite {
     /// The rows of the files to merge, in the table's current schema.
-    async fn read(&self, table: &Table) -> Result<Vec<RecordBatch>> {
+    pub(crate) async fn read(&self, table: &Table) -> Result<Vec<RecordBatch>> {
         tables::read_data_files(table, &self.merge).await
     }
 }
@@ -175,7 +175,7 @@ impl RedbCatalog {
         };
         let list = self.manifest_list(metadata, snap).await?;
         let mut entries = Vec::new();
-        for m in list.entries() {
+        for m in list.iter() {
             if m.content != ManifestContentType::Data {
                 // The tables never hold delete files; a table that does is
                 // someone else's to rewrite.
@@ -197,11 +197,7 @@ impl RedbCatalog {
             .zip(chosen)
             .partition(|(_, merged)| *merged);
         Ok(Some(Rewrite {
-            replaced: list
-                .entries()
-                .iter()
-                .map(|m| m.manifest_path.clone())
-                .collect(),
+            replaced: list.iter().map(|m| m.manifest_path.clone()).collect(),
             keep: keep.into_iter().map(|(e, _)| e).collect(),
             merge: merge.into_iter().map(|(e, _)| e.data_file).collect(),
         }))
@@ -217,13 +213,11 @@ impl RedbCatalog {
         merged: Vec<DataFile>,
     ) -> Result<()> {
         let metadata = table.metadata();
-        let old = metadata_location_of(table)?.to_string();
         let Some(current) = metadata.current_snapshot() else {
             return Ok(());
         };
         let list = self.manifest_list(metadata, current).await?;
         let present = list
-            .entries()
             .iter()
             .filter(|m| rewrite.replaced.contains(&m.manifest_path))
             .count();
@@ -237,83 +231,29 @@ impl RedbCatalog {
             )
             .into());
         }
-        let since: Vec<ManifestFile> = list
-            .entries()
+        let carried: Vec<ManifestFile> = list
             .iter()
             .filter(|m| !rewrite.replaced.contains(&m.manifest_path))
             .cloned()
             .collect();
-        let snapshot_id = loop {
-            let id = (uuid::Uuid::now_v7().as_u64_pair().1 & i64::MAX as u64) as i64;
-            if id != 0 && metadata.snapshot_by_id(id).is_none() {
-                break id;
-            }
+        // The store's own keys stay as the rewritten snapshot has them;
+        // iceberg's counts are this snapshot's.
+        let props = current
+            .summary()
+            .additional_properties
+            .iter()
+            .filter(|(k, _)| k.starts_with("znippy."))
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
+        let new = NewSnapshot {
+            operation: Operation::Replace,
+            added: merged,
+            existing: rewrite.keep,
+            removed: rewrite.merge,
+            carried,
+            props,
         };
-        let seq = metadata.next_sequence_number();
-        let dir = format!("{}/metadata", metadata.location());
-        let tag = uuid::Uuid::now_v7();
-        let mut manifest = ManifestWriterBuilder::new(
-            self.file_io().new_output(format!("{dir}/{tag}-m0.avro"))?,
-            Some(snapshot_id),
-            metadata.current_schema().clone(),
-            metadata.default_partition_spec().as_ref().clone(),
-        )
-        .build_v2_data();
-        let (mut files, mut rows) = (0u64, 0u64);
-        for f in merged {
-            files += 1;
-            rows += f.record_count();
-            manifest.add_file(f, seq)?;
-        }
-        for e in rewrite.keep {
-            files += 1;
-            rows += e.data_file.record_count();
-            let (id, data_seq, file_seq) = (
-                e.snapshot_id.unwrap_or(snapshot_id),
-                e.sequence_number.unwrap_or(seq),
-                e.file_sequence_number,
-            );
-            manifest.add_existing_file(e.data_file, id, data_seq, file_seq)?;
-        }
-        for m in &since {
-            files += u64::from(m.added_files_count.unwrap_or(0))
-                + u64::from(m.existing_files_count.unwrap_or(0));
-            rows += m.added_rows_count.unwrap_or(0) + m.existing_rows_count.unwrap_or(0);
-        }
-        let manifest = manifest.write_manifest_file().await?;
-        let manifest_path = local_path(&manifest.manifest_path);
-        let list_path = format!("{dir}/snap-{snapshot_id}-0-{tag}.avro");
-        let mut writer = ManifestListWriter::v2(
-            self.file_io().new_output(&list_path)?.writer().await?,
-            snapshot_id,
-            Some(current.snapshot_id()),
-            seq,
-        );
-        writer.add_manifests(std::iter::once(manifest).chain(since))?;
-        writer.close().await?;
-        let written = vec![manifest_path, local_path(&list_path)];
-        let mut props = current.summary().additional_properties.clone();
-        props.insert("total-data-files".into(), files.to_string());
-        props.insert("total-records".into(), rows.to_string());
-        let snapshot = Snapshot::builder()
-            .with_snapshot_id(snapshot_id)
-            .with_parent_snapshot_id(Some(current.snapshot_id()))
-            .with_sequence_number(seq)
-            .with_timestamp_ms(now_ms())
-            .with_manifest_list(list_path)
-            .with_summary(Summary {
-                operation: Operation::Replace,
-                additional_properties: props,
-            })
-            .with_schema_id(metadata.current_schema_id())
-            .build();
-        let built = metadata
-            .clone()
-            .into_builder(Some(old))
-            .set_branch_snapshot(snapshot, MAIN_BRANCH)?
-            .build()?
-            .metadata;
-        self.publish(table, &built, written).await?;
+        self.commit_snapshot(table, new).await?;
         Ok(())
     }
 
@@ -382,8 +322,8 @@ impl RedbCatalog {
                 self.data_files_of(rewritten).await?,
             )
         };
-        self.forget_manifests(dead.iter().map(|m| &m.manifest_path));
         doomed.extend(dead.iter().map(|m| &m.manifest_path));
+        self.forget(doomed.iter().copied());
         doomed.extend(gone_data.difference(&live_data));
         let root = format!("{}/", metadata.location());
         let doomed = doomed
@@ -435,14 +375,6 @@ impl RedbCatalog {
         Ok(doomed)
     }
 
-    async fn manifest_list(
-        &self,
-        metadata: &TableMetadata,
-        snap: &Snapshot,
-    ) -> iceberg::Result<ManifestList> {
-        tables::manifest_list(self.file_io(), metadata, snap).await
-    }
-
     /// The manifest lists and manifests the snapshots `ids` reach.
     async fn reach(&self, metadata: &TableMetadata, ids: &[i64]) -> iceberg::Result<Reach> {
         let mut reach = Reach::default();
@@ -452,11 +384,9 @@ impl RedbCatalog {
             };
             if reach.lists.insert(snap.manifest_list().to_string()) {
                 let list = self.manifest_list(metadata, snap).await?;
-                reach.manifests.extend(
-                    list.entries()
-                        .iter()
-                        .map(|m| (m.manifest_path.clone(), m.clone())),
-                );
+                reach
+                    .manifests
+                    .extend(list.iter().map(|m| (m.manifest_path.clone(), m.clone())));
             }
         }
         Ok(reach)
@@ -523,12 +453,6 @@ fn existing(e: &ManifestEntry, m: &ManifestFile) -> ManifestEntry {
     e.sequence_number = e.sequence_number.or(Some(m.sequence_number));
     e.file_sequence_number = e.file_sequence_number.or(Some(m.sequence_number));
     e
-}
-
-fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as i64)
 }
 
 #[cfg(test)]
@@ -616,7 +540,7 @@ mod tests {
         );
         let snap = table.metadata().current_snapshot().unwrap();
         let list = c.manifest_list(table.metadata(), snap).await.unwrap();
-        assert_eq!(list.entries().len(), 3);
+        assert_eq!(list.len(), 3);
 
         // Two rewrites planned on the same state: the second to commit lost.
         let (first, first_files) = rewrite(&c, &ident).await;

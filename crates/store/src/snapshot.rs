@@ -1,0 +1,413 @@
+//! The snapshots the embedded catalog writes itself: appends and rewrites.
+//!
+//! A snapshot is one new manifest (the data files it adds, and for a
+//! rewrite those it keeps), a manifest list naming that manifest and the
+//! manifests it carries over from its parent, and a metadata file; the
+//! pointer swap publishes it ([`RedbCatalog::publish`]). iceberg-rust's fast
+//! append writes the same files, but reads the parent's manifest list back
+//! and parses it, and the rewrite that later reads each new manifest parses
+//! that too: apache-avro's schema parsing in those reads was a quarter of a
+//! small PUT's CPU (docs/benchmarks.md). The catalog wrote every one of
+//! those files, and they never change, so it keeps what it wrote as parsed
+//! values by path, as it keeps metadata files: a commit reads no file.
+//! After a restart each is read once, from its file.
+//!
+//! A shared catalog (REST) is sent its appends through iceberg-rust's
+//! transactions: a catalog commit built by hand cannot be sent to it.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+
+use iceberg::spec::{
+    DataFile, FormatVersion, Manifest, ManifestContentType, ManifestEntry, ManifestFile,
+    ManifestListWriter, ManifestMetadata, ManifestStatus, ManifestWriterBuilder, Operation,
+    Snapshot, SnapshotSummaryCollector, Summary, TableMetadata, MAIN_BRANCH,
+    UNASSIGNED_SEQUENCE_NUMBER,
+};
+use iceberg::table::Table;
+use iceberg::{Catalog, Error, ErrorKind, Result};
+
+use crate::catalog::{local_path, RedbCatalog};
+use crate::pinned::is_conflict;
+
+/// How many times an append is built again on a table that a rewrite or an
+/// expiry committed to first.
+const RACES: usize = 4;
+
+/// Iceberg's summary totals: each total, with the keys that add to and
+/// take from it.
+const TOTALS: [(&str, &str, &str); 6] = [
+    ("total-data-files", "added-data-files", "deleted-data-files"),
+    (
+        "total-delete-files",
+        "added-delete-files",
+        "removed-delete-files",
+    ),
+    ("total-records", "added-records", "deleted-records"),
+    ("total-files-size", "added-files-size", "removed-files-size"),
+    (
+        "total-position-deletes",
+        "added-position-deletes",
+        "removed-position-deletes",
+    ),
+    (
+        "total-equality-deletes",
+        "added-equality-deletes",
+        "removed-equality-deletes",
+    ),
+];
+
+/// A snapshot to write on a table's current state.
+pub(crate) struct NewSnapshot {
+    pub operation: Operation,
+    /// Data files the snapshot adds.
+    pub added: Vec<DataFile>,
+    /// Entries an earlier snapshot added that the new manifest lists again
+    /// (a rewrite's), with their inherited fields filled in.
+    pub existing: Vec<ManifestEntry>,
+    /// Data files no longer in the table after it (a rewrite's merged ones).
+    pub removed: Vec<DataFile>,
+    /// The parent's manifests the new list names after the new one.
+    pub carried: Vec<ManifestFile>,
+    /// The summary's own keys; the counts and totals are added here.
+    pub props: HashMap<String, String>,
+}
+
+impl RedbCatalog {
+    /// Appends `files` to `table` (its state under the archive's commit
+    /// lock) as one snapshot whose summary holds `props`. A rewrite or an
+    /// expiry commits outside that lock only when a delete or a seal is
+    /// running: if one got there first, the append is built again on the
+    /// table it left.
+    pub(crate) async fn append(
+        &self,
+        table: &Table,
+        files: Vec<DataFile>,
+        props: HashMap<String, String>,
+    ) -> Result<Table> {
+        let mut table = table.clone();
+        let mut lost = 0;
+        loop {
+            let carried = match table.metadata().current_snapshot() {
+                Some(parent) => self.manifest_list(table.metadata(), parent).await?.to_vec(),
+                None => Vec::new(),
+            };
+            let new = NewSnapshot {
+                operation: Operation::Append,
+                added: files.clone(),
+                existing: Vec::new(),
+                removed: Vec::new(),
+                carried,
+                props: props.clone(),
+            };
+            match self.commit_snapshot(&table, new).await {
+                Err(e) if is_conflict(&e) && lost < RACES => {
+                    lost += 1;
+                    table = self.load_table(table.identifier()).await?;
+                }
+                committed => return committed,
+            }
+        }
+    }
+
+    /// Writes `new` as the snapshot after `table`'s current one and
+    /// publishes it; returns the table it leaves.
+    pub(crate) async fn commit_snapshot(&self, table: &Table, new: NewSnapshot) -> Result<Table> {
+        let metadata = table.metadata();
+        if metadata.format_version() != FormatVersion::V2 {
+            return Err(Error::new(
+                ErrorKind::FeatureUnsupported,
+                format!(
+                    "{}: the store writes snapshots of format version 2 tables only",
+                    table.identifier()
+                ),
+            ));
+        }
+        let parent = metadata.current_snapshot_id();
+        let snapshot_id = new_snapshot_id(metadata);
+        let seq = metadata.next_sequence_number();
+        let dir = format!("{}/metadata", metadata.location());
+        let tag = uuid::Uuid::now_v7();
+        let summary = summary(metadata, &new);
+        let mut written: Vec<PathBuf> = Vec::new();
+        let mut listed = Vec::with_capacity(new.carried.len() + 1);
+        if !new.added.is_empty() || !new.existing.is_empty() {
+            let (schema, spec) = (
+                metadata.current_schema().clone(),
+                metadata.default_partition_spec().as_ref().clone(),
+            );
+            let mut writer = ManifestWriterBuilder::new(
+                self.file_io().new_output(format!("{dir}/{tag}-m0.avro"))?,
+                Some(snapshot_id),
+                schema.clone(),
+                spec.clone(),
+            )
+            .build_v2_data();
+            // What reading the manifest back would give, inherited fields
+            // included (`ManifestFile::load_manifest`).
+            let mut entries = Vec::with_capacity(new.added.len() + new.existing.len());
+            for f in new.added {
+                writer.add_file(f.clone(), seq)?;
+                entries.push(ManifestEntry {
+                    status: ManifestStatus::Added,
+                    snapshot_id: Some(snapshot_id),
+                    sequence_number: Some(seq),
+                    file_sequence_number: Some(seq),
+                    data_file: f,
+                });
+            }
+            for mut e in new.existing {
+                let id = *e.snapshot_id.get_or_insert(snapshot_id);
+                let data_seq = *e.sequence_number.get_or_insert(seq);
+                writer.add_existing_file(
+                    e.data_file.clone(),
+                    id,
+                    data_seq,
+                    e.file_sequence_number,
+                )?;
+                e.status = ManifestStatus::Existing;
+                entries.push(e);
+            }
+            let mut manifest = writer.write_manifest_file().await?;
+            assign_sequence_number(&mut manifest, seq);
+            let parsed = ManifestMetadata {
+                schema_id: schema.schema_id(),
+                schema,
+                partition_spec: spec,
+                format_version: FormatVersion::V2,
+                content: ManifestContentType::Data,
+            };
+            self.keep_manifest(&manifest.manifest_path, Manifest::new(parsed, entries));
+            written.push(local_path(&manifest.manifest_path));
+            listed.push(manifest);
+        }
+        listed.extend(new.carried);
+        let list_path = format!("{dir}/snap-{snapshot_id}-0-{tag}.avro");
+        let mut list = ManifestListWriter::v2(
+            self.file_io().new_output(&list_path)?.writer().await?,
+            snapshot_id,
+            parent,
+            seq,
+        );
+        list.add_manifests(listed.iter().cloned())?;
+        list.close().await?;
+        self.keep_manifest_list(&list_path, listed);
+        written.push(local_path(&list_path));
+        let snapshot = Snapshot::builder()
+            .with_snapshot_id(snapshot_id)
+            .with_parent_snapshot_id(parent)
+            .with_sequence_number(seq)
+            .with_timestamp_ms(now_ms())
+            .with_manifest_list(list_path)
+            .with_summary(summary)
+            .with_schema_id(metadata.current_schema_id())
+            .build();
+        let built = metadata
+            .clone()
+            .into_builder(Some(
+                crate::catalog::metadata_location_of(table)?.to_string(),
+            ))
+            .set_branch_snapshot(snapshot, MAIN_BRANCH)?
+            .build()?
+            .metadata;
+        let location = self.publish(table, &built, written).await?;
+        Table::builder()
+            .file_io(self.file_io().clone())
+            .metadata_location(location)
+            .metadata(built)
+            .identifier(table.identifier().clone())
+            .runtime(iceberg::Runtime::current())
+            .build()
+    }
+}
+
+/// The summary of `new` on `metadata`'s current snapshot: its own keys,
+/// iceberg's counts of what it adds and removes, and the totals, as
+/// iceberg-rust's snapshot producer computes them.
+fn summary(metadata: &TableMetadata, new: &NewSnapshot) -> Summary {
+    let (schema, spec) = (metadata.current_schema(), metadata.default_partition_spec());
+    let mut counts = SnapshotSummaryCollector::default();
+    for f in &new.added {
+        counts.add_file(f, schema.clone(), spec.clone());
+    }
+    for f in &new.removed {
+        counts.remove_file(f, schema.clone(), spec.clone());
+    }
+    let mut props = new.props.clone();
+    props.extend(counts.build());
+    let previous = metadata
+        .current_snapshot()
+        .map(|s| &s.summary().additional_properties);
+    let number = |props: &HashMap<String, String>, key: &str| -> Option<u64> {
+        props.get(key).map_or(Some(0), |v| v.parse().ok())
+    };
+    for (total, added, removed) in TOTALS {
+        // A parent without a total (or with one that is not a number) has
+        // none to carry on, as in iceberg.
+        let before = match previous {
+            None => Some(0),
+            Some(p) => p.get(total).and_then(|v| v.parse::<u64>().ok()),
+        };
+        let after = before
+            .zip(number(&props, added))
+            .zip(number(&props, removed))
+            .map(|((b, a), r)| b.saturating_add(a).saturating_sub(r));
+        if let Some(after) = after {
+            props.insert(total.to_string(), after.to_string());
+        }
+    }
+    Summary {
+        operation: new.operation.clone(),
+        additional_properties: props,
+    }
+}
+
+/// What the manifest list writer assigns to a manifest of its own snapshot.
+fn assign_sequence_number(manifest: &mut ManifestFile, seq: i64) {
+    if manifest.sequence_number == UNASSIGNED_SEQUENCE_NUMBER {
+        manifest.sequence_number = seq;
+    }
+    if manifest.min_sequence_number == UNASSIGNED_SEQUENCE_NUMBER {
+        manifest.min_sequence_number = seq;
+    }
+}
+
+/// A snapshot id the table does not hold yet.
+fn new_snapshot_id(metadata: &TableMetadata) -> i64 {
+    loop {
+        let id = (uuid::Uuid::now_v7().as_u64_pair().1 & i64::MAX as u64) as i64;
+        if id != 0 && metadata.snapshot_by_id(id).is_none() {
+            return id;
+        }
+    }
+}
+
+pub(crate) fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Arc;
+
+    use arrow_array::{Int64Array, RecordBatch};
+    use iceberg::spec::{NestedField, PrimitiveType, Schema, Type};
+    use iceberg::transaction::{ApplyTransactionAction, Transaction};
+    use iceberg::{NamespaceIdent, TableCreation, TableIdent};
+
+    use crate::tables;
+
+    async fn create(c: &RedbCatalog, ns: &NamespaceIdent, name: &str) -> TableIdent {
+        let schema = Schema::builder()
+            .with_fields([
+                NestedField::required(1, "n", Type::Primitive(PrimitiveType::Long)).into(),
+            ])
+            .build()
+            .unwrap();
+        let creation = TableCreation::builder()
+            .name(name.into())
+            .schema(schema)
+            .build();
+        c.create_table(ns, creation).await.unwrap();
+        TableIdent::new(ns.clone(), name.into())
+    }
+
+    fn batch(values: &[i64]) -> RecordBatch {
+        RecordBatch::try_from_iter([("n", Arc::new(Int64Array::from(values.to_vec())) as _)])
+            .unwrap()
+    }
+
+    /// Every snapshot's list and manifests as the catalog keeps them, next
+    /// to what their files say.
+    async fn assert_kept_as_written(c: &RedbCatalog, table: &Table) {
+        let md = table.metadata();
+        for snap in md.snapshots() {
+            let kept = c.manifest_list(md, snap).await.unwrap();
+            let read = tables::manifest_list(c.file_io(), md, snap).await.unwrap();
+            assert_eq!(&*kept, read.entries(), "list of {}", snap.snapshot_id());
+            for m in read.entries() {
+                let from_file = m.load_manifest(c.file_io()).await.unwrap();
+                assert_eq!(
+                    *c.manifest(m).await.unwrap(),
+                    from_file,
+                    "{}",
+                    m.manifest_path
+                );
+            }
+        }
+    }
+
+    /// The oracle is iceberg-rust itself: a twin table gets the same data
+    /// files through its fast append. The summaries must match key for key,
+    /// and what the catalog keeps parsed must be what its files say.
+    #[tokio::test]
+    async fn an_append_is_what_iceberg_would_write_and_reads_back_as_kept() {
+        let tmp = tempfile::tempdir().unwrap();
+        let c = RedbCatalog::open(&tmp.path().join("c.redb"), &tmp.path().join("w"))
+            .await
+            .unwrap();
+        let ns = NamespaceIdent::new("a".into());
+        c.create_namespace(&ns, Default::default()).await.unwrap();
+        let (ours, twin) = (create(&c, &ns, "ours").await, create(&c, &ns, "twin").await);
+        let appends: [&[i64]; 4] = [&[1], &[2, 3], &[], &[4, 5, 6]];
+        for (i, values) in appends.into_iter().enumerate() {
+            let table = c.load_table(&ours).await.unwrap();
+            let files = match values.is_empty() {
+                // A change with no rows: a seal's snapshot.
+                true => Vec::new(),
+                false => tables::write_data_file(&table, batch(values))
+                    .await
+                    .unwrap(),
+            };
+            let props = HashMap::from([("znippy.n".to_string(), i.to_string())]);
+            c.append(&table, files.clone(), props.clone())
+                .await
+                .unwrap();
+            let other = c.load_table(&twin).await.unwrap();
+            let tx = Transaction::new(&other);
+            let action = tx
+                .fast_append()
+                .add_data_files(files)
+                .set_snapshot_properties(props);
+            action.apply(tx).unwrap().commit(&c).await.unwrap();
+        }
+        let summaries = |t: &Table| {
+            let mut s: Vec<_> = t
+                .metadata()
+                .snapshots()
+                .map(|s| (s.sequence_number(), s.summary().clone()))
+                .collect();
+            s.sort_by_key(|(seq, _)| *seq);
+            s
+        };
+        let table = c.load_table(&ours).await.unwrap();
+        let other = c.load_table(&twin).await.unwrap();
+        assert_eq!(summaries(&table), summaries(&other));
+        assert_eq!(table.metadata().snapshots().count(), 4);
+        assert_kept_as_written(&c, &table).await;
+
+        // A rewrite, built the same way: its totals count what is left.
+        let rewrite = c.plan_rewrite(&table).await.unwrap().unwrap();
+        let rows = rewrite.read(&table).await.unwrap();
+        let merged = tables::write_batches(&table, rows).await.unwrap();
+        c.commit_rewrite(&table, rewrite, merged).await.unwrap();
+        let table = c.load_table(&ours).await.unwrap();
+        let summary = &table.metadata().current_snapshot().unwrap().summary();
+        assert_eq!(summary.operation, Operation::Replace);
+        let props = &summary.additional_properties;
+        assert_eq!(props["total-data-files"], "1");
+        assert_eq!(props["total-records"], "6");
+        assert_eq!(props["znippy.n"], "3");
+        assert_kept_as_written(&c, &table).await;
+        let rows: usize = tables::scan_all(&table)
+            .await
+            .unwrap()
+            .iter()
+            .map(RecordBatch::num_rows)
+            .sum();
+        assert_eq!(rows, 6);
+    }
+}
