@@ -55,6 +55,7 @@ use crate::maintenance;
 use crate::pinned::Pinned;
 use crate::sealed::{SealedAt, SealedFile, SealedWriter, SEALED_KEY, SEALED_LEN_KEY};
 use crate::segments::Segment;
+use crate::storage;
 use crate::tables::{self, FileRow, MetaLogRow, FILES, META};
 
 const PENDING_META_KEY: &str = "znippy.pending-meta";
@@ -1393,6 +1394,19 @@ async fn commit_change(
     base: Option<i64>,
     file_rows: &[FileRow],
     meta_rows: &[MetaLogRow],
+    props: HashMap<String, String>,
+) -> Result<(Committed, Vec<DataFile>)> {
+    // Every file the change writes syncs while the next one is written;
+    // the commit waits for them all before its pointer moves.
+    storage::deferring(change(catalog, idents, base, file_rows, meta_rows, props)).await
+}
+
+async fn change(
+    catalog: &Backend,
+    idents: (&TableIdent, &TableIdent),
+    base: Option<i64>,
+    file_rows: &[FileRow],
+    meta_rows: &[MetaLogRow],
     mut props: HashMap<String, String>,
 ) -> Result<(Committed, Vec<DataFile>)> {
     let mut files = catalog.load_table(idents.0).await?;
@@ -1444,7 +1458,7 @@ async fn commit_pending_meta(
     seq: u64,
 ) -> Result<bool> {
     let meta_table = catalog.load_table(meta_ident).await?;
-    let committed = commit_meta(catalog, &meta_table, pending, seq).await?;
+    let committed = storage::deferring(commit_meta(catalog, &meta_table, pending, seq)).await?;
     failpoint("store.meta-committed");
     Ok(maintenance::due(
         committed.metadata(),
@@ -1495,6 +1509,7 @@ async fn commit_files(
     let committed = match catalog.redb() {
         Some(redb) => redb.append(files, data, props).await?,
         None => {
+            storage::settle().await?;
             let pinned = Pinned::new(catalog.catalog(), files);
             fast_append(&pinned, files, data, props).await?
         }
@@ -1525,7 +1540,10 @@ async fn commit_meta(
     let props = HashMap::from([(APPEND_SEQ_KEY.to_string(), seq.to_string())]);
     Ok(match catalog.redb() {
         Some(redb) => redb.append(meta, files, props).await?,
-        None => fast_append(catalog.catalog(), meta, files, props).await?,
+        None => {
+            storage::settle().await?;
+            fast_append(catalog.catalog(), meta, files, props).await?
+        }
     })
 }
 

@@ -40,7 +40,7 @@ use redb::{Database, ReadableTable, TableDefinition};
 use znippy_format::durable::{sync_dir, sync_parents};
 
 use crate::db_file::DbFile;
-use crate::storage::DurableFsFactory;
+use crate::storage::{self, DurableFsFactory};
 use crate::tables;
 
 /// Snapshot-summary key holding the end of an archive's committed blob region.
@@ -312,23 +312,20 @@ impl RedbCatalog {
     /// it (their bytes were synced as written, see `storage.rs`).
     /// iceberg-rust writes all three into the table's `metadata/`.
     async fn sync_commit(&self, metadata: &TableMetadata, location: &str) -> Result<()> {
-        let mut paths = vec![local_path(location)];
-        if let Some(snap) = metadata.current_snapshot() {
-            paths.push(local_path(snap.manifest_list()));
-        }
-        blocking(move || sync_parents(&paths).map_err(|e| db_err(format!("fsync: {e}")))).await
+        let list = metadata.current_snapshot().map(|s| s.manifest_list());
+        storage::sync_new_names([location].into_iter().chain(list)).await?;
+        storage::settle().await
     }
 
-    /// Writes `built` as the metadata version after `table`'s, makes the
-    /// names of it and of `written` (the new files it names) durable, and
-    /// moves the pointer to it: the commit of what the catalog builds by
-    /// hand (rewrites, expiry), which keep the blob end as it is. Returns the
-    /// new metadata location.
+    /// Writes `built` as the metadata version after `table`'s, makes it and
+    /// `written` (the new files it names) durable, and moves the pointer to
+    /// it: the commit of what the catalog builds by hand (appends,
+    /// rewrites, expiry). Returns the new metadata location.
     pub(crate) async fn publish(
         &self,
         table: &Table,
         built: &TableMetadata,
-        mut written: Vec<PathBuf>,
+        written: Vec<String>,
     ) -> Result<String> {
         let old = metadata_location_of(table)?;
         let next = MetadataLocation::from_str(old)?
@@ -336,8 +333,8 @@ impl RedbCatalog {
             .with_new_metadata(built);
         built.write_to(&self.file_io, &next).await?;
         let next = next.to_string();
-        written.push(local_path(&next));
-        blocking(move || sync_parents(&written).map_err(|e| db_err(format!("fsync: {e}")))).await?;
+        storage::sync_new_names(written.iter().map(String::as_str).chain([next.as_str()])).await?;
+        storage::settle().await?;
         let blob_end = blob_end_of(table.metadata()).zip(blob_end_of(built));
         self.swap(table.identifier(), old, (&next, built), blob_end)
             .await?;

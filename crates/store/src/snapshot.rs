@@ -16,7 +16,6 @@
 //! transactions: a catalog commit built by hand cannot be sent to it.
 
 use std::collections::HashMap;
-use std::path::PathBuf;
 
 use iceberg::spec::{
     DataFile, FormatVersion, Manifest, ManifestContentType, ManifestEntry, ManifestFile,
@@ -27,7 +26,7 @@ use iceberg::spec::{
 use iceberg::table::Table;
 use iceberg::{Catalog, Error, ErrorKind, Result};
 
-use crate::catalog::{local_path, RedbCatalog};
+use crate::catalog::RedbCatalog;
 use crate::pinned::is_conflict;
 
 /// How many times an append is built again on a table that a rewrite or an
@@ -129,7 +128,7 @@ impl RedbCatalog {
         let dir = format!("{}/metadata", metadata.location());
         let tag = uuid::Uuid::now_v7();
         let summary = summary(metadata, &new);
-        let mut written: Vec<PathBuf> = Vec::new();
+        let mut written = Vec::new();
         let mut listed = Vec::with_capacity(new.carried.len() + 1);
         if !new.added.is_empty() || !new.existing.is_empty() {
             let (schema, spec) = (
@@ -178,7 +177,7 @@ impl RedbCatalog {
                 content: ManifestContentType::Data,
             };
             self.keep_manifest(&manifest.manifest_path, Manifest::new(parsed, entries));
-            written.push(local_path(&manifest.manifest_path));
+            written.push(manifest.manifest_path.clone());
             listed.push(manifest);
         }
         listed.extend(new.carried);
@@ -192,7 +191,7 @@ impl RedbCatalog {
         list.add_manifests(listed.iter().cloned())?;
         list.close().await?;
         self.keep_manifest_list(&list_path, listed);
-        written.push(local_path(&list_path));
+        written.push(list_path.clone());
         let snapshot = Snapshot::builder()
             .with_snapshot_id(snapshot_id)
             .with_parent_snapshot_id(parent)
