@@ -234,11 +234,6 @@ async fn live_append_blobs_written() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn live_append_blobs_synced() {
-    live_append_dies_at("store.blobs-synced", false).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn live_append_meta_file_written() {
     live_append_dies_at("store.meta-file-written", false).await;
 }

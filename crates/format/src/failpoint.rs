@@ -2,7 +2,7 @@
 //! process die, so that each test knows exactly where the crash landed.
 //!
 //! Built with the `failpoints` feature (the CLI's tests turn it on), a call
-//! [`failpoint`]`("store.blobs-synced")` aborts the process, after saying so on
+//! [`failpoint`]`("store.blobs-written")` aborts the process, after saying so on
 //! stderr, when the environment variable `ZNIPPY_FAILPOINT` names that point.
 //! Without the feature it compiles to nothing. Abort, not panic: a crash must
 //! skip every destructor, unwinding and buffered write, as `kill -9` would.

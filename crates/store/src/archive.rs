@@ -6,8 +6,9 @@
 //! table, the committed blob end and the engine's dedupe map.
 //!
 //! An append, in order (acknowledged means durable):
-//! 1. the engine writes the batch's blobs at the committed blob end; fsync;
-//! 2. the `files` rows (and `meta` rows) go to new parquet files; fsync;
+//! 1. the engine writes the batch's blobs at the committed blob end;
+//! 2. the blobs are synced while the `files` rows (and `meta` rows) go to new
+//!    parquet files, synced too;
 //! 3. one `files` snapshot commits, its summary holding the new blob end, the
 //!    append number and, if there are meta rows, their data files (as JSON);
 //! 4. the `meta` snapshot commits those meta data files.
@@ -116,7 +117,6 @@ where
             failpoint("store.blobs-written");
             Ok(r?)
         });
-        failpoint("store.blobs-synced");
         let r = r.map(|((rows, stats), segment)| Written {
             rows,
             stats,
@@ -291,6 +291,8 @@ pub(crate) struct Group {
     /// The `files` snapshot the group was built on, which the commit must
     /// find current.
     base: Option<i64>,
+    /// Where the group's blobs are, synced once for all of its appends.
+    blobs: Arc<Blobs>,
 }
 
 impl std::fmt::Debug for LiveArchive {
@@ -799,6 +801,7 @@ impl LiveArchive {
             meta_ident: self.meta_ident.clone(),
             first_meta: matches!(self.meta, Metadata::Absent),
             started,
+            blobs: Arc::clone(&self.blobs),
         })
     }
 
@@ -1208,7 +1211,8 @@ impl LiveArchive {
         summary.insert(SEALED_KEY.to_string(), sealed.at.to_string());
         summary.insert(SEALED_LEN_KEY.to_string(), sealed.len.to_string());
         let idents = (&self.files_ident, &self.meta_ident);
-        let (committed, _) = commit_change(catalog, idents, plan.base, &[], &[], summary).await?;
+        let (committed, _) =
+            commit_change(catalog, idents, plan.base, None, &[], &[], summary).await?;
         self.snapshot_id = Some(committed.snapshot_id);
         // The blobs now live in the sealed file; the sidecar is dead weight.
         remove_dead_sidecar(self.sidecar_path.as_deref(), sealed);
@@ -1294,6 +1298,7 @@ impl LiveArchive {
             catalog,
             idents,
             base,
+            None,
             &[tomb],
             &meta_tombs,
             history::summary(seq, self.blob_end, Change::Delete),
@@ -1332,6 +1337,7 @@ impl Group {
             catalog,
             idents,
             self.base,
+            Some(&self.blobs),
             &self.file_rows,
             &self.meta_rows,
             history::summary(seq, self.end, change),
@@ -1392,13 +1398,27 @@ async fn commit_change(
     catalog: &Backend,
     idents: (&TableIdent, &TableIdent),
     base: Option<i64>,
+    blobs: Option<&Arc<Blobs>>,
     file_rows: &[FileRow],
     meta_rows: &[MetaLogRow],
     props: HashMap<String, String>,
 ) -> Result<(Committed, Vec<DataFile>)> {
-    // Every file the change writes syncs while the next one is written;
-    // the commit waits for them all before its pointer moves.
-    storage::deferring(change(catalog, idents, base, file_rows, meta_rows, props)).await
+    // The blobs and every file the change writes sync while the next one is
+    // written; the commit waits for them all before its pointer moves.
+    storage::deferring(async {
+        if let Some(blobs) = blobs {
+            let blobs = Arc::clone(blobs);
+            let sync = move || {
+                blobs.sync().map_err(|e| {
+                    iceberg::Error::new(iceberg::ErrorKind::Unexpected, "syncing the blobs")
+                        .with_source(e)
+                })
+            };
+            storage::start(sync).await?;
+        }
+        change(catalog, idents, base, file_rows, meta_rows, props).await
+    })
+    .await
 }
 
 async fn change(

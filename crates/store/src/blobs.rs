@@ -23,11 +23,12 @@ pub(crate) enum Blobs {
 }
 
 impl Blobs {
-    /// Writes an append's blobs from `start`, the end of what is there, and
-    /// makes them durable: `write` gets the sink, and once this returns
-    /// `Ok` the bytes are synced (a sidecar) or the segment exists (object
-    /// storage; it is returned, to join the map when its append commits).
-    /// On an error nothing past `start` is to be read.
+    /// Writes an append's blobs from `start`, the end of what is there:
+    /// `write` gets the sink. A segment (object storage) exists once this
+    /// returns `Ok`, and is returned, to join the map when its append
+    /// commits; a sidecar's bytes are durable after the next [`Blobs::sync`],
+    /// which the group commit that takes the append runs once for all of
+    /// its appends. On an error nothing past `start` is to be read.
     pub fn write_at<T>(
         &self,
         start: u64,
@@ -36,7 +37,6 @@ impl Blobs {
         match self {
             Blobs::Sidecar(sidecar) => {
                 let written = write(&mut sidecar.writer_at(start))?;
-                sidecar.sync()?;
                 Ok((written, None))
             }
             Blobs::Segments(segments) => {
@@ -45,6 +45,14 @@ impl Blobs {
                 let segment = out.finish()?;
                 Ok((written, (segment.len > 0).then_some(segment)))
             }
+        }
+    }
+
+    /// Makes every byte written so far durable (a segment is, as written).
+    pub fn sync(&self) -> Result<()> {
+        match self {
+            Blobs::Sidecar(sidecar) => sidecar.sync(),
+            Blobs::Segments(_) => Ok(()),
         }
     }
 

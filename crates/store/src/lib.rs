@@ -451,10 +451,20 @@ impl Slot {
                 [s.files_ident.clone(), s.meta_ident.clone()]
             };
             for ident in &idents {
-                if let Err(e) = maintenance::maintain(&catalog, ident, &slot.commit).await {
-                    tracing::warn!(
-                        "maintaining {ident} failed (retried after a later change): {e}"
-                    );
+                // The commits that found the table due while a pass ran
+                // left it to this task: it goes on until nothing is due,
+                // so an archive that stops changing is left small too.
+                for _ in 0..maintenance::PASSES {
+                    match maintenance::maintain(&catalog, ident, &slot.commit).await {
+                        Ok(true) => {}
+                        Ok(false) => break,
+                        Err(e) => {
+                            tracing::warn!(
+                                "maintaining {ident} failed (retried after a later change): {e}"
+                            );
+                            break;
+                        }
+                    }
                 }
             }
         });

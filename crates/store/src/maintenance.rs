@@ -49,6 +49,10 @@ const TIER: u64 = 4;
 pub(crate) const KEEP_SNAPSHOTS: usize = 16;
 /// Snapshots that trigger an expiry.
 pub(crate) const EXPIRE_AT: usize = 2 * KEEP_SNAPSHOTS;
+/// Passes of [`maintain`] one task runs at most: each pass takes what the
+/// appends committed during the one before, so this bounds a task under an
+/// endless stream of appends (a later change starts a new one).
+pub(crate) const PASSES: usize = 8;
 
 /// The data files a table's current snapshot holds (from its summary).
 pub(crate) fn data_files(metadata: &TableMetadata) -> u64 {
@@ -87,13 +91,14 @@ pub(crate) async fn expire_shared(catalog: &dyn Catalog, ident: &TableIdent) -> 
     Ok(())
 }
 
-/// Runs what is due on `ident`. `commit` is the archive's commit lock, held
-/// only for each job's final commit.
+/// Runs what is due on `ident`; returns whether anything was. `commit` is
+/// the archive's commit lock, held only for each job's final commit.
 pub(crate) async fn maintain(
     catalog: &RedbCatalog,
     ident: &TableIdent,
     commit: &Mutex<()>,
-) -> Result<()> {
+) -> Result<bool> {
+    let mut done = false;
     let table = catalog.load_table(ident).await?;
     if data_files(table.metadata()) > REWRITE_AT {
         if let Some(rewrite) = catalog.plan_rewrite(&table).await? {
@@ -110,6 +115,7 @@ pub(crate) async fn maintain(
                 let _ = remove(written).await;
                 return Err(e);
             }
+            done = true;
         }
     }
     let table = catalog.load_table(ident).await?;
@@ -121,9 +127,10 @@ pub(crate) async fn maintain(
                 catalog.commit_expiry(&current, expiry).await?
             };
             remove(garbage).await?;
+            done = true;
         }
     }
-    Ok(())
+    Ok(done)
 }
 
 /// Which of the files with these row counts a rewrite merges: all but the

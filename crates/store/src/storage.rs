@@ -73,7 +73,7 @@ pub(crate) async fn settle() -> Result<()> {
 
 /// Runs `sync` on the blocking pool: in the background inside a
 /// [`deferring`] scope, waited for here outside one.
-async fn start(sync: impl FnOnce() -> Result<()> + Send + 'static) -> Result<()> {
+pub(crate) async fn start(sync: impl FnOnce() -> Result<()> + Send + 'static) -> Result<()> {
     let handle = tokio::task::spawn_blocking(sync);
     if STARTED.try_with(|_| ()).is_ok() {
         STARTED.with(|s| s.borrow_mut().push(handle));
