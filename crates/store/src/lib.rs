@@ -128,6 +128,10 @@ const P_SEALED_LEN: &str = "znippy.sealed_len";
 /// the conflict.
 const COMMIT_RACES: u32 = 32;
 
+/// The nice value of the maintenance thread: the kernel gives it about a
+/// tenth of the CPU a request's thread gets when both want it.
+const MAINTENANCE_NICE: i32 = 10;
+
 /// How long a change waits after losing its `lost`th commit race: a random
 /// time up to 2^lost ms, at most 8 ms (a longer wait only lets the node that
 /// keeps winning commit again).
@@ -344,7 +348,7 @@ impl StoreOptions {
 pub(crate) struct Slot {
     writer: Arc<Mutex<()>>,
     maintenance: Arc<Mutex<()>>,
-    commit: Mutex<()>,
+    commit: Arc<Mutex<()>>,
     state: Arc<Mutex<LiveArchive>>,
     /// What one append to it may hold ([`znippy_format::Engine::memory_bound`]
     /// of its properties, which never change): taken from the budget.
@@ -413,8 +417,9 @@ impl Slot {
         self.commit_queued(catalog).await;
     }
 
-    /// Starts keeping the archive's tables small on a task of `changes`,
-    /// unless that task is running already. The change before it is
+    /// Starts keeping the archive's tables small (on a thread of its own
+    /// on the embedded catalog, a task elsewhere; `changes` tracks both),
+    /// unless that is running already. The change before it is
     /// committed, so a failure there is not its failure: a later change
     /// starts it again.
     fn maintain(self: &Arc<Self>, catalog: &Backend, changes: &TaskTracker) {
@@ -441,7 +446,13 @@ impl Slot {
         };
         let catalog = redb;
         let slot = Arc::clone(self);
-        changes.spawn(async move {
+        // A rewrite decodes and encodes parquet for milliseconds at a time
+        // without yielding: on one of the runtime's workers it held up the
+        // requests queued behind it (every 32nd small PUT took 4x the
+        // median). It runs on a thread of its own, below the requests'
+        // threads in the kernel's scheduler (on Linux a nice value is a
+        // thread's), its syncs on the blocking pool as every other's.
+        let job = async move {
             let _running = running;
             let idents = {
                 let s = slot.state.lock().await;
@@ -467,7 +478,28 @@ impl Slot {
                     }
                 }
             }
-        });
+        };
+        let runtime = tokio::runtime::Handle::current();
+        let (done, finished) = tokio::sync::oneshot::channel::<()>();
+        let thread = std::thread::Builder::new()
+            .name("znippy-maintain".into())
+            .spawn(move || {
+                let me = rustix::thread::gettid();
+                if let Err(e) = rustix::process::setpriority_process(Some(me), MAINTENANCE_NICE) {
+                    tracing::debug!("maintenance runs at the requests' priority: {e}");
+                }
+                runtime.block_on(job);
+                drop(done);
+            });
+        match thread {
+            // `Store::close` waits for it, through `changes`.
+            Ok(_) => {
+                changes.spawn(async move {
+                    let _ = finished.await;
+                });
+            }
+            Err(e) => tracing::warn!("maintenance not started (retried after a later change): {e}"),
+        }
     }
 }
 
@@ -689,7 +721,7 @@ impl Store {
         let slot = Arc::new(Slot {
             writer: Arc::new(Mutex::new(())),
             maintenance: Arc::default(),
-            commit: Mutex::new(()),
+            commit: Arc::default(),
             state: Arc::new(Mutex::new(a)),
             engine_bound,
         });

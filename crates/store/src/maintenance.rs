@@ -3,7 +3,8 @@
 //! Every group commit adds a data file, a manifest and a snapshot to a table.
 //! Left alone, each commit would write a manifest list naming every manifest
 //! so far and a metadata file naming every snapshot, and each scan would open
-//! every data file. Two jobs bound that, on a task of their own:
+//! every data file. Two jobs bound that, on a thread of their own (see
+//! `Slot::maintain`):
 //!
 //! - **Rewrite**, once a table holds more than [`REWRITE_AT`] data files: the
 //!   small data files of the current snapshot are read and written again as
@@ -26,6 +27,7 @@
 
 use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use arrow_array::RecordBatch;
 use iceberg::spec::{
@@ -39,6 +41,7 @@ use tokio::sync::Mutex;
 use crate::catalog::{local_path, metadata_location_of, version_link, RedbCatalog};
 use crate::error::Result;
 use crate::snapshot::NewSnapshot;
+use crate::storage;
 use crate::tables;
 
 /// Data files a table may gather (one per group commit) before a rewrite.
@@ -96,7 +99,7 @@ pub(crate) async fn expire_shared(catalog: &dyn Catalog, ident: &TableIdent) -> 
 pub(crate) async fn maintain(
     catalog: &RedbCatalog,
     ident: &TableIdent,
-    commit: &Mutex<()>,
+    commit: &Arc<Mutex<()>>,
 ) -> Result<bool> {
     let mut done = false;
     let table = catalog.load_table(ident).await?;
@@ -105,11 +108,12 @@ pub(crate) async fn maintain(
             let rows = rewrite.read(&table).await?;
             let merged = tables::write_batches(&table, rows).await?;
             let written: Vec<PathBuf> = merged.iter().map(|f| local_path(f.file_path())).collect();
-            let committed = {
-                let _commit = commit.lock().await;
-                let current = catalog.load_table(ident).await?;
-                catalog.commit_rewrite(&current, rewrite, merged).await
-            };
+            let (c, id) = (catalog.clone(), ident.clone());
+            let committed = under_lock(commit, async move {
+                let current = c.load_table(&id).await?;
+                storage::deferring(c.commit_rewrite(&current, rewrite, merged)).await
+            })
+            .await;
             if let Err(e) = committed {
                 // Nothing names the merged files: they would only take space.
                 let _ = remove(written).await;
@@ -121,16 +125,34 @@ pub(crate) async fn maintain(
     let table = catalog.load_table(ident).await?;
     if table.metadata().snapshots().count() > EXPIRE_AT {
         if let Some(expiry) = catalog.plan_expiry(&table, KEEP_SNAPSHOTS).await? {
-            let garbage = {
-                let _commit = commit.lock().await;
-                let current = catalog.load_table(ident).await?;
-                catalog.commit_expiry(&current, expiry).await?
-            };
+            let (c, id) = (catalog.clone(), ident.clone());
+            let garbage = under_lock(commit, async move {
+                let current = c.load_table(&id).await?;
+                Ok(storage::deferring(c.commit_expiry(&current, expiry)).await?)
+            })
+            .await?;
             remove(garbage).await?;
             done = true;
         }
     }
     Ok(done)
+}
+
+/// Runs a job's final commit under the archive's commit lock, on the
+/// runtime's workers: the maintenance thread runs below the requests
+/// (lib.rs), and at that priority the appends waiting for the lock would
+/// wait that much longer.
+async fn under_lock<T: Send + 'static>(
+    commit: &Arc<Mutex<()>>,
+    job: impl std::future::Future<Output = Result<T>> + Send + 'static,
+) -> Result<T> {
+    let commit = Arc::clone(commit);
+    tokio::spawn(async move {
+        let _commit = commit.lock().await;
+        job.await
+    })
+    .await
+    .map_err(|e| crate::StoreError::Task(format!("a maintenance commit failed: {e}")))?
 }
 
 /// Which of the files with these row counts a rewrite merges: all but the
