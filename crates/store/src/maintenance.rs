@@ -490,9 +490,8 @@ mod tests {
     use std::sync::Arc;
 
     use arrow_array::{Array, Int64Array};
-    use iceberg::spec::{NestedField, PrimitiveType, Schema, Type};
     use iceberg::transaction::{ApplyTransactionAction, Transaction};
-    use iceberg::{NamespaceIdent, TableCreation};
+    use iceberg::NamespaceIdent;
 
     async fn append(c: &RedbCatalog, ident: &TableIdent, values: &[i64]) {
         let table = c.load_table(ident).await.unwrap();
@@ -538,16 +537,7 @@ mod tests {
             .unwrap();
         let ns = NamespaceIdent::new("a".into());
         c.create_namespace(&ns, Default::default()).await.unwrap();
-        let schema = Schema::builder()
-            .with_fields([
-                NestedField::required(1, "n", Type::Primitive(PrimitiveType::Long)).into(),
-            ])
-            .build()
-            .unwrap();
-        let creation = TableCreation::builder()
-            .name("t".into())
-            .schema(schema)
-            .build();
+        let creation = tables::one_column("t");
         c.create_table(&ns, creation).await.unwrap();
         let ident = TableIdent::new(ns, "t".into());
         for i in 0..6 {

@@ -379,9 +379,8 @@ mod tests {
     /// than the write buffer goes up as a multipart upload.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn tables_on_seaweedfs_commit_through_its_rest_catalog() {
-        use iceberg::spec::{NestedField, PrimitiveType, Schema, Type};
         use iceberg::transaction::{ApplyTransactionAction, Transaction};
-        use iceberg::{NamespaceIdent, TableCreation};
+        use iceberg::NamespaceIdent;
         use znippy_testkit::seaweed::{self, Seaweed};
 
         use crate::remote::RemoteConfig;
@@ -402,16 +401,7 @@ mod tests {
             .create_namespace(&ns, Default::default())
             .await
             .unwrap();
-        let schema = Schema::builder()
-            .with_fields([
-                NestedField::required(1, "n", Type::Primitive(PrimitiveType::Long)).into(),
-            ])
-            .build()
-            .unwrap();
-        let creation = TableCreation::builder()
-            .name("t".into())
-            .schema(schema)
-            .build();
+        let creation = crate::tables::one_column("t");
         let table = catalog.create_table(&ns, creation).await.unwrap();
         let location = table.metadata().location().to_string();
         assert!(location.starts_with(&format!("{root}/")), "{location}");

@@ -293,23 +293,13 @@ mod tests {
     use std::sync::Arc;
 
     use arrow_array::{Int64Array, RecordBatch};
-    use iceberg::spec::{NestedField, PrimitiveType, Schema, Type};
     use iceberg::transaction::{ApplyTransactionAction, Transaction};
-    use iceberg::{NamespaceIdent, TableCreation, TableIdent};
+    use iceberg::{NamespaceIdent, TableIdent};
 
     use crate::tables;
 
     async fn create(c: &RedbCatalog, ns: &NamespaceIdent, name: &str) -> TableIdent {
-        let schema = Schema::builder()
-            .with_fields([
-                NestedField::required(1, "n", Type::Primitive(PrimitiveType::Long)).into(),
-            ])
-            .build()
-            .unwrap();
-        let creation = TableCreation::builder()
-            .name(name.into())
-            .schema(schema)
-            .build();
+        let creation = tables::one_column(name);
         c.create_table(ns, creation).await.unwrap();
         TableIdent::new(ns.clone(), name.into())
     }

@@ -298,6 +298,17 @@ pub fn meta_batch(table: &Table, rows: &[MetaLogRow]) -> Result<RecordBatch> {
 /// Data files of fewer rows than this are written uncompressed.
 const COMPRESSED_FROM_ROWS: usize = 1024;
 
+/// A table of one required `n: long` column, for the crate's tests.
+#[cfg(test)]
+pub(crate) fn one_column(name: &str) -> iceberg::TableCreation {
+    let n = NestedField::required(1, "n", Type::Primitive(PrimitiveType::Long));
+    let schema = Schema::builder().with_fields([n.into()]).build();
+    iceberg::TableCreation::builder()
+        .name(name.into())
+        .schema(schema.expect("one column is a schema"))
+        .build()
+}
+
 /// Writes `batch` as one parquet data file of `table`, durable, and returns it.
 pub async fn write_data_file(table: &Table, batch: RecordBatch) -> Result<Vec<DataFile>> {
     write_batches(table, vec![batch]).await
