@@ -228,6 +228,30 @@ async fn sync(file: File, path: PathBuf) -> Result<()> {
 mod tests {
     use super::*;
 
+    /// Inside a commit a sync runs in the background, and `settle` returns
+    /// only once it is done: the order every commit's swap relies on.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn settle_waits_for_the_syncs_started() {
+        use std::sync::atomic::{AtomicBool, Ordering};
+        let done = Arc::new(AtomicBool::new(false));
+        deferring(async {
+            let flag = Arc::clone(&done);
+            start(move || {
+                std::thread::sleep(std::time::Duration::from_millis(50));
+                flag.store(true, Ordering::SeqCst);
+                Ok(())
+            })
+            .await
+            .unwrap();
+            settle().await.unwrap();
+            assert!(
+                done.load(Ordering::SeqCst),
+                "settle returned before the sync"
+            );
+        })
+        .await;
+    }
+
     /// A sync that fails inside a commit fails the commit where it settles,
     /// not where it started; outside one it fails where it starts.
     #[tokio::test]
