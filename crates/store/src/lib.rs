@@ -481,6 +481,11 @@ impl Slot {
         };
         let runtime = tokio::runtime::Handle::current();
         let (done, finished) = tokio::sync::oneshot::channel::<()>();
+        // `Store::close` waits for the thread through `changes`; if the
+        // thread cannot start, `done` is dropped with it.
+        changes.spawn(async move {
+            let _ = finished.await;
+        });
         let thread = std::thread::Builder::new()
             .name("znippy-maintain".into())
             .spawn(move || {
@@ -491,14 +496,8 @@ impl Slot {
                 runtime.block_on(job);
                 drop(done);
             });
-        match thread {
-            // `Store::close` waits for it, through `changes`.
-            Ok(_) => {
-                changes.spawn(async move {
-                    let _ = finished.await;
-                });
-            }
-            Err(e) => tracing::warn!("maintenance not started (retried after a later change): {e}"),
+        if let Err(e) = thread {
+            tracing::warn!("maintenance not started (retried after a later change): {e}");
         }
     }
 }
