@@ -1414,7 +1414,7 @@ async fn commit_change(
                         .with_source(e)
                 })
             };
-            storage::start(sync).await?;
+            storage::start_sync(sync).await?;
         }
         change(catalog, idents, base, file_rows, meta_rows, props).await
     })

@@ -309,7 +309,8 @@ impl RedbCatalog {
 
     /// Makes the names of the new metadata file and of the manifest list and
     /// manifests the new snapshot added durable before the pointer moves to
-    /// it (their bytes were synced as written, see `storage.rs`).
+    /// it, and waits for their bytes' syncs, started as they were written
+    /// (`storage.rs`).
     /// iceberg-rust writes all three into the table's `metadata/`.
     async fn sync_commit(&self, metadata: &TableMetadata, location: &str) -> Result<()> {
         let list = metadata.current_snapshot().map(|s| s.manifest_list());

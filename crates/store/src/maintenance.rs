@@ -491,7 +491,6 @@ mod tests {
 
     use arrow_array::{Array, Int64Array};
     use iceberg::transaction::{ApplyTransactionAction, Transaction};
-    use iceberg::NamespaceIdent;
 
     async fn append(c: &RedbCatalog, ident: &TableIdent, values: &[i64]) {
         let table = c.load_table(ident).await.unwrap();
@@ -532,11 +531,7 @@ mod tests {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_rewrite_keeps_the_commits_made_while_it_ran() {
         let tmp = tempfile::tempdir().unwrap();
-        let c = RedbCatalog::open(&tmp.path().join("c.redb"), &tmp.path().join("w"))
-            .await
-            .unwrap();
-        let ns = NamespaceIdent::new("a".into());
-        c.create_namespace(&ns, Default::default()).await.unwrap();
+        let (c, ns) = tables::test_catalog(tmp.path()).await;
         let creation = tables::one_column("t");
         c.create_table(&ns, creation).await.unwrap();
         let ident = TableIdent::new(ns, "t".into());

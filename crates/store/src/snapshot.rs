@@ -335,11 +335,7 @@ mod tests {
     #[tokio::test]
     async fn an_append_is_what_iceberg_would_write_and_reads_back_as_kept() {
         let tmp = tempfile::tempdir().unwrap();
-        let c = RedbCatalog::open(&tmp.path().join("c.redb"), &tmp.path().join("w"))
-            .await
-            .unwrap();
-        let ns = NamespaceIdent::new("a".into());
-        c.create_namespace(&ns, Default::default()).await.unwrap();
+        let (c, ns) = tables::test_catalog(tmp.path()).await;
         let (ours, twin) = (create(&c, &ns, "ours").await, create(&c, &ns, "twin").await);
         let appends: [&[i64]; 4] = [&[1], &[2, 3], &[], &[4, 5, 6]];
         for (i, values) in appends.into_iter().enumerate() {

@@ -1,5 +1,6 @@
 //! `DurableFs`: the local file storage of the tables' files, which makes
-//! every file it writes durable as the write completes.
+//! every file it writes durable as the write completes (inside a commit:
+//! before the commit's pointer moves, see [`deferring`]).
 //!
 //! iceberg-rust's own local storage fsyncs a file written through a writer
 //! (parquet data files, manifests, manifest lists) but not one written whole
@@ -73,7 +74,7 @@ pub(crate) async fn settle() -> Result<()> {
 
 /// Runs `sync` on the blocking pool: in the background inside a
 /// [`deferring`] scope, waited for here outside one.
-pub(crate) async fn start(sync: impl FnOnce() -> Result<()> + Send + 'static) -> Result<()> {
+pub(crate) async fn start_sync(sync: impl FnOnce() -> Result<()> + Send + 'static) -> Result<()> {
     let handle = tokio::task::spawn_blocking(sync);
     if STARTED.try_with(|_| ()).is_ok() {
         STARTED.with(|s| s.borrow_mut().push(handle));
@@ -214,14 +215,15 @@ pub(crate) async fn sync_new_names<'a>(locations: impl IntoIterator<Item = &'a s
         }
     }
     for dir in dirs {
-        start(move || durable::sync_dir(&dir).map_err(io_error("syncing directory", &dir))).await?;
+        start_sync(move || durable::sync_dir(&dir).map_err(io_error("syncing directory", &dir)))
+            .await?;
     }
     Ok(())
 }
 
 /// `fsync`s a written file through `durable`.
 async fn sync(file: File, path: PathBuf) -> Result<()> {
-    start(move || durable::sync_all(&file, &path).map_err(io_error("syncing", &path))).await
+    start_sync(move || durable::sync_all(&file, &path).map_err(io_error("syncing", &path))).await
 }
 
 #[cfg(test)]
@@ -236,7 +238,7 @@ mod tests {
         let done = Arc::new(AtomicBool::new(false));
         deferring(async {
             let flag = Arc::clone(&done);
-            start(move || {
+            start_sync(move || {
                 std::thread::sleep(std::time::Duration::from_millis(50));
                 flag.store(true, Ordering::SeqCst);
                 Ok(())

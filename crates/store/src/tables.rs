@@ -298,6 +298,23 @@ pub fn meta_batch(table: &Table, rows: &[MetaLogRow]) -> Result<RecordBatch> {
 /// Data files of fewer rows than this are written uncompressed.
 const COMPRESSED_FROM_ROWS: usize = 1024;
 
+/// An embedded catalog under `dir` with the namespace `a`, for the crate's
+/// tests.
+#[cfg(test)]
+pub(crate) async fn test_catalog(
+    dir: &std::path::Path,
+) -> (crate::RedbCatalog, iceberg::NamespaceIdent) {
+    use iceberg::Catalog;
+    let c = crate::RedbCatalog::open(&dir.join("c.redb"), &dir.join("w"))
+        .await
+        .expect("a catalog in a temporary directory");
+    let ns = iceberg::NamespaceIdent::new("a".into());
+    c.create_namespace(&ns, Default::default())
+        .await
+        .expect("a namespace in a new catalog");
+    (c, ns)
+}
+
 /// A table of one required `n: long` column, for the crate's tests.
 #[cfg(test)]
 pub(crate) fn one_column(name: &str) -> iceberg::TableCreation {
