@@ -413,7 +413,7 @@ def test_compaction_and_expiry_keep_readers_exact(server, duck):
             assert py_live(cat.load_table(("many", "files"))) == want, f"pyiceberg after {i + 1}"
     files = cat.load_table(("many", "files"))
     assert files.scan().to_arrow().num_rows == puts + deletes
-    # Maintenance runs on a task of its own, after the change that finds a
+    # Maintenance runs on a thread of its own, after the change that finds a
     # table due, and keeps going until nothing is: the last rewrite may
     # still be running when the last change returns.
     deadline = time.monotonic() + 30

@@ -635,14 +635,15 @@ impl<'scope, 'env> Lanes<'scope, 'env> {
         else {
             return Err(lost());
         };
-        self.state = self.start(sink, pool);
+        self.state = self.spawn(sink, pool);
         first
             .into_iter()
             .chain([job])
             .try_for_each(|job| self.send(job))
     }
 
-    fn start(
+    /// Starts the workers and the writer, which takes the sink.
+    fn spawn(
         &self,
         sink: &'env mut (dyn Write + Send),
         pool: SyncSender<Buffers>,
