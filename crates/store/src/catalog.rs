@@ -30,7 +30,9 @@ use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
 use iceberg::io::{FileIO, FileIOBuilder};
-use iceberg::spec::{Manifest, ManifestFile, Snapshot, TableMetadata, TableMetadataBuilder};
+use iceberg::spec::{
+    Manifest, ManifestFile, Snapshot, TableMetadata, TableMetadataBuilder, TableMetadataRef,
+};
 use iceberg::table::Table;
 use iceberg::{
     Catalog, Error, ErrorKind, MetadataLocation, Namespace, NamespaceIdent, Result, TableCommit,
@@ -112,7 +114,7 @@ pub struct RedbCatalog {
     warehouse: PathBuf,
     file_io: FileIO,
     /// Per table key: the metadata location last seen, parsed.
-    parsed: Arc<Mutex<HashMap<String, (String, TableMetadata)>>>,
+    parsed: Arc<Mutex<HashMap<String, (String, TableMetadataRef)>>>,
     /// Manifests this catalog wrote or read, by path (as immutable as
     /// metadata files): a rewrite reads the manifests it replaces, and the
     /// expiry that later deletes them reads them again (`snapshot.rs`).
@@ -206,21 +208,21 @@ impl RedbCatalog {
     }
 
     /// The metadata file at `location`, parsed once per location.
-    async fn metadata_at(&self, ident: &TableIdent, location: &str) -> Result<TableMetadata> {
+    async fn metadata_at(&self, ident: &TableIdent, location: &str) -> Result<TableMetadataRef> {
         let key = table_key(ident);
         if let Some((at, m)) = lock(&self.parsed).get(&key) {
             if at == location {
-                return Ok(m.clone());
+                return Ok(Arc::clone(m));
             }
         }
-        let metadata = TableMetadata::read_from(&self.file_io, location).await?;
-        self.remember(ident, location, &metadata);
+        let metadata = Arc::new(TableMetadata::read_from(&self.file_io, location).await?);
+        self.remember(ident, location, Arc::clone(&metadata));
         Ok(metadata)
     }
 
     /// Records that `ident`'s pointer now names `location`, holding `metadata`.
-    fn remember(&self, ident: &TableIdent, location: &str, metadata: &TableMetadata) {
-        lock(&self.parsed).insert(table_key(ident), (location.to_string(), metadata.clone()));
+    fn remember(&self, ident: &TableIdent, location: &str, metadata: TableMetadataRef) {
+        lock(&self.parsed).insert(table_key(ident), (location.to_string(), metadata));
     }
 
     /// The FileIO tables of this catalog use.
@@ -234,18 +236,13 @@ impl RedbCatalog {
     }
 
     /// The current metadata location of a table.
+    ///
+    /// Read on the caller's thread: one key of a small tree, in redb's page
+    /// cache after the first read, costs microseconds, where a trip to the
+    /// blocking pool and back cost a small PUT about 0.1 ms (every append
+    /// loads its table).
     pub async fn metadata_location(&self, t: &TableIdent) -> Result<String> {
-        let key = table_key(t);
-        let db = Arc::clone(&self.db);
-        let found = blocking(move || {
-            let tx = db.begin_read().map_err(db_err)?;
-            let tables = tx.open_table(TABLES).map_err(db_err)?;
-            Ok(tables
-                .get(key.as_str())
-                .map_err(db_err)?
-                .map(|v| v.value().to_string()))
-        })
-        .await?;
+        let found = pointer(&self.db, &table_key(t))?;
         found.ok_or_else(|| Error::new(ErrorKind::TableNotFound, format!("no table {t}")))
     }
 
@@ -264,7 +261,12 @@ impl RedbCatalog {
             .transpose()
     }
 
-    fn table(&self, ident: TableIdent, metadata: TableMetadata, location: String) -> Result<Table> {
+    fn table(
+        &self,
+        ident: TableIdent,
+        metadata: impl Into<TableMetadataRef>,
+        location: String,
+    ) -> Result<Table> {
         Table::builder()
             .file_io(self.file_io.clone())
             .metadata_location(location)
@@ -274,34 +276,34 @@ impl RedbCatalog {
             .build()
     }
 
-    /// Lays out `key`'s metadata directory for path-based readers (see the
-    /// module doc) as the pointer stands now, so that of two commits that
-    /// finish together the later one's version is the one left.
+    /// Lays out the metadata directory of the table whose pointer names
+    /// `location` for path-based readers (see the module doc). Called with
+    /// `hints` held, for the pointer as it stands then, so that of two
+    /// commits that finish together the later one's version is the one left.
     ///
     /// Nothing here is synced: the pointer is the truth and these files are
     /// derived from it. A power cut can leave them one commit behind, naming
     /// a version the metadata log still keeps, until the next commit or the
     /// archive's next open lays them out again.
-    fn lay_out_for_paths(db: &Database, hints: &Mutex<()>, key: &str) -> Result<()> {
-        let _one_at_a_time = lock(hints);
-        let tx = db.begin_read().map_err(db_err)?;
-        let tables = tx.open_table(TABLES).map_err(db_err)?;
-        let Some(location) = tables
-            .get(key)
-            .map_err(db_err)?
-            .map(|v| local_path(v.value()))
-        else {
-            return Ok(());
-        };
+    fn lay_out_at(location: &str) -> Result<()> {
+        let location = local_path(location);
         let Some((link, version)) = version_link(&location) else {
             return Ok(());
         };
         let io = |e: std::io::Error| db_err(format!("{}: {e}", link.display()));
         let dir = link.parent().unwrap_or(Path::new("."));
-        let tmp = dir.join(format!(".v{version}.{}.tmp", std::process::id()));
-        let _ = std::fs::remove_file(&tmp);
-        std::fs::hard_link(&location, &tmp).map_err(io)?;
-        std::fs::rename(&tmp, &link).map_err(io)?;
+        // A version's link is made once, unless an open lays out the version
+        // a commit already did: then it is replaced through a temporary name,
+        // as a reader must never miss it.
+        match std::fs::hard_link(&location, &link) {
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+                let tmp = dir.join(format!(".v{version}.{}.tmp", std::process::id()));
+                let _ = std::fs::remove_file(&tmp);
+                std::fs::hard_link(&location, &tmp).map_err(io)?;
+                std::fs::rename(&tmp, &link).map_err(io)?;
+            }
+            linked => linked.map_err(io)?,
+        }
         let tmp = dir.join(format!(".version-hint.{}.tmp", std::process::id()));
         std::fs::write(&tmp, version.to_string()).map_err(io)?;
         std::fs::rename(&tmp, dir.join("version-hint.text")).map_err(io)
@@ -325,31 +327,32 @@ impl RedbCatalog {
     pub(crate) async fn publish(
         &self,
         table: &Table,
-        built: &TableMetadata,
+        built: TableMetadataRef,
         written: Vec<String>,
     ) -> Result<String> {
         let old = metadata_location_of(table)?;
         let next = MetadataLocation::from_str(old)?
             .with_next_version()
-            .with_new_metadata(built);
+            .with_new_metadata(&built);
         built.write_to(&self.file_io, &next).await?;
         let next = next.to_string();
         storage::sync_new_names(written.iter().map(String::as_str).chain([next.as_str()])).await?;
         storage::settle().await?;
-        let blob_end = blob_end_of(table.metadata()).zip(blob_end_of(built));
+        let blob_end = blob_end_of(table.metadata()).zip(blob_end_of(&built));
         self.swap(table.identifier(), old, (&next, built), blob_end)
             .await?;
         Ok(next)
     }
 
     /// Moves a table's pointer from `old` to `new` (whose file holds
-    /// `metadata`) if it still is `old`. `blob_end` (old, new) refuses a
-    /// commit that would move the blob end back.
+    /// `metadata`) if it still is `old`, and lays the table out for paths.
+    /// `blob_end` (old, new) refuses a commit that would move the blob end
+    /// back.
     async fn swap(
         &self,
         ident: &TableIdent,
         old: &str,
-        (new, metadata): (&str, &TableMetadata),
+        (new, metadata): (&str, TableMetadataRef),
         blob_end: Option<(u64, u64)>,
     ) -> Result<()> {
         // Every commit's next metadata file is written and synced by now.
@@ -365,9 +368,12 @@ impl RedbCatalog {
             }
         }
         let (key, old, new_owned) = (table_key(ident), old.to_string(), new.to_string());
-        let db = Arc::clone(&self.db);
+        let (db, hints) = (Arc::clone(&self.db), Arc::clone(&self.hints));
         let ident_s = ident.to_string();
+        // The layout follows the swap in the same task: one trip to the
+        // blocking pool for both (each trip cost a small PUT about 0.1 ms).
         blocking(move || {
+            let _in_commit_order = lock(&hints);
             let tx = db.begin_write().map_err(db_err)?;
             {
                 let mut t = tx.open_table(TABLES).map_err(db_err)?;
@@ -393,11 +399,14 @@ impl RedbCatalog {
                 }
                 t.insert(key.as_str(), new_owned.as_str()).map_err(db_err)?;
             }
-            tx.commit().map_err(db_err)
+            tx.commit().map_err(db_err)?;
+            if let Err(e) = Self::lay_out_at(&new_owned) {
+                tracing::warn!(table = %ident_s, "version hint not written: {e}");
+            }
+            Ok(())
         })
         .await?;
         self.remember(ident, new, metadata);
-        self.lay_out(ident).await;
         Ok(())
     }
 }
@@ -413,7 +422,14 @@ impl RedbCatalog {
             Arc::clone(&self.hints),
             table_key(ident),
         );
-        if let Err(e) = blocking(move || Self::lay_out_for_paths(&db, &hints, &key)).await {
+        let laid = blocking(move || {
+            let _in_commit_order = lock(&hints);
+            match pointer(&db, &key)? {
+                Some(location) => Self::lay_out_at(&location),
+                None => Ok(()),
+            }
+        });
+        if let Err(e) = laid.await {
             tracing::warn!(table = %ident, "version hint not written: {e}");
         }
     }
@@ -463,6 +479,16 @@ fn blob_end_of(metadata: &TableMetadata) -> Option<u64> {
         .get(BLOB_END_KEY)?
         .parse()
         .ok()
+}
+
+/// The metadata location `db` holds for the table `key`.
+fn pointer(db: &Database, key: &str) -> Result<Option<String>> {
+    let tx = db.begin_read().map_err(db_err)?;
+    let tables = tx.open_table(TABLES).map_err(db_err)?;
+    Ok(tables
+        .get(key)
+        .map_err(db_err)?
+        .map(|v| v.value().to_string()))
 }
 
 async fn blocking<T: Send + 'static>(f: impl FnOnce() -> Result<T> + Send + 'static) -> Result<T> {
@@ -765,8 +791,13 @@ impl Catalog for RedbCatalog {
             .await?;
         self.sync_commit(staged.metadata(), &new).await?;
         let after = blob_end_of(staged.metadata());
-        self.swap(&ident, &old, (&new, staged.metadata()), before.zip(after))
-            .await?;
+        self.swap(
+            &ident,
+            &old,
+            (&new, staged.metadata_ref()),
+            before.zip(after),
+        )
+        .await?;
         Ok(staged)
     }
 }

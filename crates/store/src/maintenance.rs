@@ -374,13 +374,15 @@ impl RedbCatalog {
     ) -> iceberg::Result<Vec<PathBuf>> {
         let metadata = table.metadata();
         let old = metadata_location_of(table)?.to_string();
-        let built = metadata
-            .clone()
-            .into_builder(Some(old))
-            .remove_snapshots(&expiry.drop)
-            .build()?
-            .metadata;
-        let next = self.publish(table, &built, Vec::new()).await?;
+        let built = Arc::new(
+            metadata
+                .clone()
+                .into_builder(Some(old))
+                .remove_snapshots(&expiry.drop)
+                .build()?
+                .metadata,
+        );
+        let next = self.publish(table, Arc::clone(&built), Vec::new()).await?;
         let mut doomed = expiry.doomed;
         // The log keeps the last `write.metadata.previous-versions-max`,
         // each with its `vN` link for path-based readers.

@@ -16,6 +16,7 @@
 //! transactions: a catalog commit built by hand cannot be sent to it.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
 use iceberg::spec::{
     DataFile, FormatVersion, Manifest, ManifestContentType, ManifestEntry, ManifestFile,
@@ -201,15 +202,17 @@ impl RedbCatalog {
             .with_summary(summary)
             .with_schema_id(metadata.current_schema_id())
             .build();
-        let built = metadata
-            .clone()
-            .into_builder(Some(
-                crate::catalog::metadata_location_of(table)?.to_string(),
-            ))
-            .set_branch_snapshot(snapshot, MAIN_BRANCH)?
-            .build()?
-            .metadata;
-        let location = self.publish(table, &built, written).await?;
+        let built = Arc::new(
+            metadata
+                .clone()
+                .into_builder(Some(
+                    crate::catalog::metadata_location_of(table)?.to_string(),
+                ))
+                .set_branch_snapshot(snapshot, MAIN_BRANCH)?
+                .build()?
+                .metadata,
+        );
+        let location = self.publish(table, Arc::clone(&built), written).await?;
         Table::builder()
             .file_io(self.file_io().clone())
             .metadata_location(location)
