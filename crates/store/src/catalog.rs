@@ -125,7 +125,14 @@ pub struct RedbCatalog {
     /// Held while a table's path layout is rewritten, so two commits that
     /// finish together cannot leave the older one's hint last.
     hints: Arc<Mutex<()>>,
+    /// The header of each table's manifests (`manifest.rs`), by table uuid,
+    /// schema id and partition spec id.
+    headers: Arc<Mutex<HashMap<HeaderKey, Arc<[u8]>>>>,
 }
+
+/// Which manifests share a header: a table's (by uuid), under one schema and
+/// one partition spec.
+pub(crate) type HeaderKey = (uuid::Uuid, i32, i32);
 
 impl RedbCatalog {
     /// Opens (or creates) the catalog at `db_path`, with tables below `warehouse`.
@@ -154,6 +161,7 @@ impl RedbCatalog {
             manifests: Arc::default(),
             lists: Arc::default(),
             hints: Arc::default(),
+            headers: Arc::default(),
         })
     }
 
@@ -196,6 +204,16 @@ impl RedbCatalog {
         manifests: Vec<ManifestFile>,
     ) -> Arc<[ManifestFile]> {
         keep(&self.lists, path, manifests.into())
+    }
+
+    /// The header of the manifests `key` names, once one was written.
+    pub(crate) fn manifest_header(&self, key: &HeaderKey) -> Option<Arc<[u8]>> {
+        lock(&self.headers).get(key).cloned()
+    }
+
+    /// Keeps `header` for the manifests `key` names.
+    pub(crate) fn keep_manifest_header(&self, key: HeaderKey, header: &[u8]) {
+        lock(&self.headers).insert(key, header.into());
     }
 
     /// Forgets manifests and manifest lists that were deleted.

@@ -48,6 +48,9 @@
 //! - `catalog.rs`: [`RedbCatalog`], an Iceberg catalog whose table pointers live
 //!   in one redb file, with the commit that swaps them; `db_file.rs`: that
 //!   file, as redb's storage backend.
+//! - `snapshot.rs`: the snapshots that catalog writes itself (appends,
+//!   rewrites); `manifest.rs`: their manifests, encoded under a header
+//!   iceberg-rust wrote.
 //! - `storage.rs`: the local storage of the tables' files, whose writes are
 //!   durable as they complete; `object_storage.rs`: the same on object
 //!   storage (S3), through `object_store`.
@@ -76,6 +79,7 @@ mod file;
 mod history;
 mod live_files;
 mod maintenance;
+mod manifest;
 mod object_storage;
 mod pinned;
 mod remote;

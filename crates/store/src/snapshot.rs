@@ -10,7 +10,8 @@
 //! small PUT's CPU (docs/benchmarks.md). The catalog wrote every one of
 //! those files, and they never change, so it keeps what it wrote as parsed
 //! values by path, as it keeps metadata files: a commit reads no file.
-//! After a restart each is read once, from its file.
+//! After a restart each is read once, from its file. The manifest itself is
+//! encoded here too, after the table's first (`manifest.rs`).
 //!
 //! A shared catalog (REST) is sent its appends through iceberg-rust's
 //! transactions: a catalog commit built by hand cannot be sent to it.
@@ -136,39 +137,36 @@ impl RedbCatalog {
                 metadata.current_schema().clone(),
                 metadata.default_partition_spec().as_ref().clone(),
             );
-            let mut writer = ManifestWriterBuilder::new(
-                self.file_io().new_output(format!("{dir}/{tag}-m0.avro"))?,
-                Some(snapshot_id),
-                schema.clone(),
-                spec.clone(),
-            )
-            .build_v2_data();
-            // What reading the manifest back would give, inherited fields
-            // included (`ManifestFile::load_manifest`).
-            let mut entries = Vec::with_capacity(new.added.len() + new.existing.len());
+            // The entries as the manifest holds them, and as reading it back
+            // gives them, inherited fields included (`load_manifest`): an
+            // added entry inherits its file sequence number.
+            let mut written_entries = Vec::with_capacity(new.added.len() + new.existing.len());
+            let mut entries = Vec::with_capacity(written_entries.capacity());
             for f in new.added {
-                writer.add_file(f.clone(), seq)?;
-                entries.push(ManifestEntry {
+                let added = ManifestEntry {
                     status: ManifestStatus::Added,
                     snapshot_id: Some(snapshot_id),
                     sequence_number: Some(seq),
-                    file_sequence_number: Some(seq),
+                    file_sequence_number: None,
                     data_file: f,
+                };
+                entries.push(ManifestEntry {
+                    file_sequence_number: Some(seq),
+                    ..added.clone()
                 });
+                written_entries.push(added);
             }
             for mut e in new.existing {
-                let id = *e.snapshot_id.get_or_insert(snapshot_id);
-                let data_seq = *e.sequence_number.get_or_insert(seq);
-                writer.add_existing_file(
-                    e.data_file.clone(),
-                    id,
-                    data_seq,
-                    e.file_sequence_number,
-                )?;
+                e.snapshot_id.get_or_insert(snapshot_id);
+                e.sequence_number.get_or_insert(seq);
                 e.status = ManifestStatus::Existing;
+                written_entries.push(e.clone());
                 entries.push(e);
             }
-            let mut manifest = writer.write_manifest_file().await?;
+            let path = format!("{dir}/{tag}-m0.avro");
+            let mut manifest = self
+                .write_manifest(metadata, &path, snapshot_id, written_entries)
+                .await?;
             assign_sequence_number(&mut manifest, seq);
             let parsed = ManifestMetadata {
                 schema_id: schema.schema_id(),
@@ -220,6 +218,102 @@ impl RedbCatalog {
             .identifier(table.identifier().clone())
             .runtime(iceberg::Runtime::current())
             .build()
+    }
+}
+
+impl RedbCatalog {
+    /// Writes `entries` (as the manifest holds them) as the manifest at
+    /// `path` of snapshot `snapshot_id` on `metadata`'s table, and returns
+    /// the list's entry for it, as iceberg-rust's `ManifestWriter` would.
+    /// The header comes from the table's first manifest of this process,
+    /// which iceberg-rust writes (`manifest.rs`).
+    async fn write_manifest(
+        &self,
+        metadata: &TableMetadata,
+        path: &str,
+        snapshot_id: i64,
+        entries: Vec<ManifestEntry>,
+    ) -> Result<ManifestFile> {
+        if let Some(e) = entries.iter().find(|e| {
+            e.status != ManifestStatus::Added
+                && (e.sequence_number.is_none() || e.file_sequence_number.is_none())
+        }) {
+            return Err(Error::new(
+                ErrorKind::DataInvalid,
+                format!(
+                    "manifest entry of {} should have sequence numbers",
+                    e.data_file.file_path()
+                ),
+            ));
+        }
+        let spec = metadata.default_partition_spec();
+        let key = (
+            metadata.uuid(),
+            metadata.current_schema_id(),
+            spec.spec_id(),
+        );
+        let header = match spec.is_unpartitioned() {
+            true => self.manifest_header(&key),
+            false => None,
+        };
+        let Some(header) = header else {
+            let mut writer = ManifestWriterBuilder::new(
+                self.file_io().new_output(path)?,
+                Some(snapshot_id),
+                metadata.current_schema().clone(),
+                spec.as_ref().clone(),
+            )
+            .build_v2_data();
+            for e in entries {
+                match (e.status, e.sequence_number) {
+                    (ManifestStatus::Added, Some(seq)) => writer.add_file(e.data_file, seq)?,
+                    (_, seq) => writer.add_existing_file(
+                        e.data_file,
+                        e.snapshot_id.unwrap_or(snapshot_id),
+                        seq.unwrap_or(UNASSIGNED_SEQUENCE_NUMBER),
+                        e.file_sequence_number,
+                    )?,
+                }
+            }
+            let manifest = writer.write_manifest_file().await?;
+            if spec.is_unpartitioned() {
+                let file = self.file_io().new_input(path)?.read().await?;
+                if let Some(header) = crate::manifest::header_of(&file) {
+                    self.keep_manifest_header(key, header);
+                }
+            }
+            return Ok(manifest);
+        };
+        let sync = *uuid::Uuid::new_v4().as_bytes();
+        let file = crate::manifest::encode(&header, sync, &entries)?;
+        let manifest_length = file.len() as i64;
+        self.file_io().new_output(path)?.write(file.into()).await?;
+        let count = |status| entries.iter().filter(move |e| e.status == status);
+        let files = |status| Some(count(status).count() as u32);
+        let rows = |status| Some(count(status).map(|e| e.data_file.record_count()).sum());
+        Ok(ManifestFile {
+            manifest_path: path.to_string(),
+            manifest_length,
+            partition_spec_id: spec.spec_id(),
+            content: ManifestContentType::Data,
+            sequence_number: UNASSIGNED_SEQUENCE_NUMBER,
+            min_sequence_number: entries
+                .iter()
+                .filter(|e| e.status != ManifestStatus::Deleted)
+                .filter_map(|e| e.sequence_number)
+                .min()
+                .unwrap_or(UNASSIGNED_SEQUENCE_NUMBER),
+            added_snapshot_id: snapshot_id,
+            added_files_count: files(ManifestStatus::Added),
+            existing_files_count: files(ManifestStatus::Existing),
+            deleted_files_count: files(ManifestStatus::Deleted),
+            added_rows_count: rows(ManifestStatus::Added),
+            existing_rows_count: rows(ManifestStatus::Existing),
+            deleted_rows_count: rows(ManifestStatus::Deleted),
+            partitions: Some(Vec::new()),
+            key_metadata: None,
+            first_row_id: None,
+        })
     }
 }
 
@@ -397,5 +491,93 @@ mod tests {
             .map(RecordBatch::num_rows)
             .sum();
         assert_eq!(rows, 6);
+    }
+
+    /// The manifests the catalog encodes itself against iceberg-rust's own
+    /// writer, for the same entries (added and existing, data files with
+    /// statistics and bounds): the same header, the same entry in the
+    /// list, and the same manifest when each file is read back.
+    #[tokio::test]
+    async fn an_encoded_manifest_is_what_iceberg_writes() {
+        let tmp = tempfile::tempdir().unwrap();
+        let (c, ns) = tables::test_catalog(tmp.path()).await;
+        let table = c.load_table(&create(&c, &ns, "t").await).await.unwrap();
+        let md = table.metadata();
+        let mut files = Vec::new();
+        for values in [&[1, 2][..], &[-7, 40, 3]] {
+            files.extend(
+                tables::write_data_file(&table, batch(values))
+                    .await
+                    .unwrap(),
+            );
+        }
+        let (snapshot_id, seq) = (77, 5);
+        let entries: Vec<ManifestEntry> = files
+            .iter()
+            .map(|f| ManifestEntry {
+                status: ManifestStatus::Added,
+                snapshot_id: Some(snapshot_id),
+                sequence_number: Some(seq),
+                file_sequence_number: None,
+                data_file: f.clone(),
+            })
+            .chain([ManifestEntry {
+                status: ManifestStatus::Existing,
+                snapshot_id: Some(12),
+                sequence_number: Some(2),
+                file_sequence_number: Some(3),
+                data_file: files[0].clone(),
+            }])
+            .collect();
+        let dir = format!("{}/metadata", md.location());
+        let path = |name: &str| format!("{dir}/{name}.avro");
+        // The table's first manifest in this process: iceberg-rust's.
+        let first = c
+            .write_manifest(md, &path("first"), snapshot_id, entries.clone())
+            .await
+            .unwrap();
+        let key = (md.uuid(), md.current_schema_id(), 0);
+        assert!(c.manifest_header(&key).is_some(), "the header was not kept");
+        let ours = c
+            .write_manifest(md, &path("ours"), snapshot_id, entries.clone())
+            .await
+            .unwrap();
+        let mut writer = ManifestWriterBuilder::new(
+            c.file_io().new_output(path("theirs")).unwrap(),
+            Some(snapshot_id),
+            md.current_schema().clone(),
+            md.default_partition_spec().as_ref().clone(),
+        )
+        .build_v2_data();
+        for e in &entries[..2] {
+            writer.add_file(e.data_file.clone(), seq).unwrap();
+        }
+        writer
+            .add_existing_file(files[0].clone(), 12, 2, Some(3))
+            .unwrap();
+        let theirs = writer.write_manifest_file().await.unwrap();
+
+        let bytes = |name: &str| std::fs::read(crate::catalog::local_path(&path(name))).unwrap();
+        let (ours_file, theirs_file) = (bytes("ours"), bytes("theirs"));
+        let metadata = crate::manifest::metadata_of;
+        let (our_header, their_header) = (metadata(&ours_file), metadata(&theirs_file));
+        assert!(their_header.as_ref().is_some_and(|h| h.len() >= 7));
+        assert!(our_header == their_header, "the headers differ");
+        let same_place = |m: &ManifestFile| ManifestFile {
+            manifest_path: String::new(),
+            manifest_length: 0,
+            ..m.clone()
+        };
+        assert_eq!(same_place(&ours), same_place(&theirs));
+        assert_eq!(same_place(&first), same_place(&theirs));
+        assert_eq!(ours.manifest_length, ours_file.len() as i64);
+        let read = |m: &ManifestFile| {
+            let m = m.clone();
+            let io = c.file_io().clone();
+            async move { m.load_manifest(&io).await.unwrap() }
+        };
+        let (ours, theirs) = (read(&ours).await, read(&theirs).await);
+        assert_eq!(ours.entries().len(), 3);
+        assert_eq!(ours, theirs);
     }
 }
