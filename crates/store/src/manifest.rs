@@ -131,7 +131,7 @@ fn data_file(out: &mut Vec<u8>, f: &DataFile) -> Result<()> {
         f.nan_value_counts(),
     ] {
         long(out, 1);
-        pairs(out, counts.len(), counts.iter(), |out, (k, v)| {
+        array(out, counts.len(), counts.iter(), |out, (k, v)| {
             long(out, i64::from(*k));
             long(out, number(*v)?);
             Ok(())
@@ -139,7 +139,7 @@ fn data_file(out: &mut Vec<u8>, f: &DataFile) -> Result<()> {
     }
     for bounds in [f.lower_bounds(), f.upper_bounds()] {
         long(out, 1);
-        pairs(out, bounds.len(), bounds.iter(), |out, (k, v)| {
+        array(out, bounds.len(), bounds.iter(), |out, (k, v)| {
             long(out, i64::from(*k));
             bytes(out, &v.to_bytes()?);
             Ok(())
@@ -150,7 +150,7 @@ fn data_file(out: &mut Vec<u8>, f: &DataFile) -> Result<()> {
         None => long(out, 0),
         Some(offsets) => {
             long(out, 1);
-            pairs(out, offsets.len(), offsets.iter(), |out, o| {
+            array(out, offsets.len(), offsets.iter(), |out, o| {
                 long(out, *o);
                 Ok(())
             })?;
@@ -160,7 +160,7 @@ fn data_file(out: &mut Vec<u8>, f: &DataFile) -> Result<()> {
         None => long(out, 0),
         Some(ids) => {
             long(out, 1);
-            pairs(out, ids.len(), ids.iter(), |out, id| {
+            array(out, ids.len(), ids.iter(), |out, id| {
                 long(out, i64::from(*id));
                 Ok(())
             })?;
@@ -177,7 +177,7 @@ fn data_file(out: &mut Vec<u8>, f: &DataFile) -> Result<()> {
 }
 
 /// An avro array of `len` items: one block, then the empty block that ends it.
-fn pairs<T>(
+fn array<T>(
     out: &mut Vec<u8>,
     len: usize,
     items: impl Iterator<Item = T>,

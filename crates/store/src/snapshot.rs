@@ -219,9 +219,7 @@ impl RedbCatalog {
             .runtime(iceberg::Runtime::current())
             .build()
     }
-}
 
-impl RedbCatalog {
     /// Writes `entries` (as the manifest holds them) as the manifest at
     /// `path` of snapshot `snapshot_id` on `metadata`'s table, and returns
     /// the list's entry for it, as iceberg-rust's `ManifestWriter` would.
@@ -234,14 +232,18 @@ impl RedbCatalog {
         snapshot_id: i64,
         entries: Vec<ManifestEntry>,
     ) -> Result<ManifestFile> {
-        if let Some(e) = entries.iter().find(|e| {
-            e.status != ManifestStatus::Added
-                && (e.sequence_number.is_none() || e.file_sequence_number.is_none())
-        }) {
+        for e in &entries {
+            let numbered = e.sequence_number.is_some() && e.file_sequence_number.is_some();
+            let refused = match e.status {
+                ManifestStatus::Added => continue,
+                ManifestStatus::Existing if numbered => continue,
+                ManifestStatus::Existing => "an existing entry without its sequence numbers",
+                ManifestStatus::Deleted => "a deleted entry",
+            };
             return Err(Error::new(
                 ErrorKind::DataInvalid,
                 format!(
-                    "manifest entry of {} should have sequence numbers",
+                    "the store writes no {refused} ({})",
                     e.data_file.file_path()
                 ),
             ));
@@ -252,10 +254,10 @@ impl RedbCatalog {
             metadata.current_schema_id(),
             spec.spec_id(),
         );
-        let header = match spec.is_unpartitioned() {
-            true => self.manifest_header(&key),
-            false => None,
-        };
+        let header = spec
+            .is_unpartitioned()
+            .then(|| self.manifest_header(&key))
+            .flatten();
         let Some(header) = header else {
             let mut writer = ManifestWriterBuilder::new(
                 self.file_io().new_output(path)?,
@@ -265,12 +267,13 @@ impl RedbCatalog {
             )
             .build_v2_data();
             for e in entries {
-                match (e.status, e.sequence_number) {
-                    (ManifestStatus::Added, Some(seq)) => writer.add_file(e.data_file, seq)?,
-                    (_, seq) => writer.add_existing_file(
+                let seq = e.sequence_number.unwrap_or(UNASSIGNED_SEQUENCE_NUMBER);
+                match e.status {
+                    ManifestStatus::Added => writer.add_file(e.data_file, seq)?,
+                    _ => writer.add_existing_file(
                         e.data_file,
                         e.snapshot_id.unwrap_or(snapshot_id),
-                        seq.unwrap_or(UNASSIGNED_SEQUENCE_NUMBER),
+                        seq,
                         e.file_sequence_number,
                     )?,
                 }
