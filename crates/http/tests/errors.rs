@@ -38,15 +38,25 @@ async fn state(c: &reqwest::Client, s: &Server) -> (Value, Value, Vec<(String, u
 
 /// A PUT with `target` sent verbatim on the request line.
 async fn raw_put(s: &Server, target: &str) -> (u16, String) {
+    raw_request(s, &format!("PUT {target}"), 1, b"x").await
+}
+
+/// Sends `line` (method and target) declaring a body of `declared` bytes,
+/// writes `body` of it, and reads the answer until the server closes. What
+/// was read before a reset counts: a server that closes with bytes unread
+/// may reset the connection after its answer.
+async fn raw_request(s: &Server, line: &str, declared: usize, body: &[u8]) -> (u16, String) {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let addr = s.base.trim_start_matches("http://");
     let mut conn = tokio::net::TcpStream::connect(addr).await.unwrap();
-    let req = format!(
-        "PUT {target} HTTP/1.1\r\nHost: {addr}\r\nContent-Length: 1\r\nConnection: close\r\n\r\nx"
+    let head = format!(
+        "{line} HTTP/1.1\r\nHost: {addr}\r\nContent-Length: {declared}\r\nConnection: close\r\n\r\n"
     );
-    conn.write_all(req.as_bytes()).await.unwrap();
-    let mut resp = String::new();
-    conn.read_to_string(&mut resp).await.unwrap();
+    conn.write_all(head.as_bytes()).await.unwrap();
+    conn.write_all(body).await.unwrap();
+    let mut resp = Vec::new();
+    let _ = conn.read_to_end(&mut resp).await;
+    let resp = String::from_utf8_lossy(&resp);
     let status = resp
         .split(' ')
         .nth(1)
@@ -148,12 +158,6 @@ async fn malformed_requests_change_nothing() {
             ),
             status: StatusCode::BAD_REQUEST,
             code: "bad_property",
-        },
-        Case {
-            name: "create: huge body",
-            req: c.post(u("/archives")).body(vec![b' '; 2 << 20]),
-            status: StatusCode::PAYLOAD_TOO_LARGE,
-            code: "too_large",
         },
         Case {
             name: "put: dot-dot",
@@ -475,6 +479,20 @@ async fn malformed_requests_change_nothing() {
             case.name
         );
     }
+    // A create body over the JSON limit. Sent whole, its writer races the
+    // server, which answers once the limit is passed and closes with the
+    // rest unread: the client can see its write fail before it reads the
+    // answer. So the request declares 2 MiB and sends one byte past the
+    // limit, which the server reads to its end.
+    let (status, body) =
+        raw_request(&s, "POST /archives", 2 << 20, &vec![b' '; (1 << 20) + 1]).await;
+    assert_eq!(status, 413, "create: huge body: {body}");
+    assert!(body.contains("too_large"), "create: huge body: {body}");
+    assert_eq!(
+        state(&c, &s).await,
+        before,
+        "a huge create changed the archive"
+    );
     // Dot segments as the bytes of the request line: URL libraries resolve
     // them before sending, a hostile client does not.
     for target in [
