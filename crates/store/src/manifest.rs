@@ -106,8 +106,7 @@ fn entry(out: &mut Vec<u8>, e: &ManifestEntry) -> Result<()> {
     data_file(out, &e.data_file)
 }
 
-/// The `data_file` record, fields in the schema's order. Every map is
-/// written, empty or not, as iceberg-rust writes them.
+/// The `data_file` record, fields in the schema's order.
 fn data_file(out: &mut Vec<u8>, f: &DataFile) -> Result<()> {
     if !f.partition().fields().is_empty() {
         return Err(Error::new(
@@ -124,48 +123,35 @@ fn data_file(out: &mut Vec<u8>, f: &DataFile) -> Result<()> {
     // The partition: a record of no fields, which encodes to nothing.
     long(out, number(f.record_count())?);
     long(out, number(f.file_size_in_bytes())?);
+    // iceberg-rust writes every map, empty or not, and a list only when set.
     for counts in [
         f.column_sizes(),
         f.value_counts(),
         f.null_value_counts(),
         f.nan_value_counts(),
     ] {
-        long(out, 1);
-        array(out, counts.len(), counts.iter(), |out, (k, v)| {
+        optional_array(out, Some(counts.iter()), |out, (k, v)| {
             long(out, i64::from(*k));
             long(out, number(*v)?);
             Ok(())
         })?;
     }
     for bounds in [f.lower_bounds(), f.upper_bounds()] {
-        long(out, 1);
-        array(out, bounds.len(), bounds.iter(), |out, (k, v)| {
+        optional_array(out, Some(bounds.iter()), |out, (k, v)| {
             long(out, i64::from(*k));
             bytes(out, &v.to_bytes()?);
             Ok(())
         })?;
     }
     optional(out, f.key_metadata(), bytes);
-    match f.split_offsets() {
-        None => long(out, 0),
-        Some(offsets) => {
-            long(out, 1);
-            array(out, offsets.len(), offsets.iter(), |out, o| {
-                long(out, *o);
-                Ok(())
-            })?;
-        }
-    }
-    match f.equality_ids() {
-        None => long(out, 0),
-        Some(ids) => {
-            long(out, 1);
-            array(out, ids.len(), ids.iter(), |out, id| {
-                long(out, i64::from(*id));
-                Ok(())
-            })?;
-        }
-    }
+    optional_array(out, f.split_offsets().map(|o| o.iter()), |out, o| {
+        long(out, *o);
+        Ok(())
+    })?;
+    optional_array(out, f.equality_ids().map(Vec::into_iter), |out, id| {
+        long(out, i64::from(id));
+        Ok(())
+    })?;
     optional(out, f.sort_order_id().map(i64::from), long);
     optional(out, f.first_row_id(), long);
     optional(out, f.referenced_data_file().as_deref(), |out, s: &str| {
@@ -176,15 +162,20 @@ fn data_file(out: &mut Vec<u8>, f: &DataFile) -> Result<()> {
     Ok(())
 }
 
-/// An avro array of `len` items: one block, then the empty block that ends it.
-fn array<T>(
+/// An optional avro array (a union of null and the array): one block of
+/// `items`, then the empty block that ends it.
+fn optional_array<T>(
     out: &mut Vec<u8>,
-    len: usize,
-    items: impl Iterator<Item = T>,
+    items: Option<impl ExactSizeIterator<Item = T>>,
     mut item: impl FnMut(&mut Vec<u8>, T) -> Result<()>,
 ) -> Result<()> {
-    if len > 0 {
-        long(out, len as i64);
+    let Some(items) = items else {
+        long(out, 0);
+        return Ok(());
+    };
+    long(out, 1);
+    if items.len() > 0 {
+        long(out, items.len() as i64);
         for i in items {
             item(out, i)?;
         }
