@@ -35,7 +35,7 @@ use iceberg::writer::file_writer::rolling_writer::RollingFileWriterBuilder;
 use iceberg::writer::file_writer::ParquetWriterBuilder;
 use iceberg::writer::{IcebergWriter, IcebergWriterBuilder};
 use parquet::basic::{Compression, ZstdLevel};
-use parquet::file::properties::WriterProperties;
+use parquet::file::properties::{EnabledStatistics, WriterProperties};
 use znippy_format::{Kind, MetaValue, MetaValueBuilder, MetaValueColumns, SliceRow};
 
 use crate::backend::Backend;
@@ -339,16 +339,24 @@ pub async fn write_batches(table: &Table, batches: Vec<RecordBatch>) -> Result<V
     let rows: usize = batches.iter().map(RecordBatch::num_rows).sum();
     // parquet sets up a zstd context pair per column chunk, written and read:
     // for the few rows of one append that costs more than the bytes it
-    // saves (it was the largest cost of a single-file commit). The rule is
-    // by rows, whoever writes the file: a large append, or a compaction
-    // whose merged file reaches the threshold, writes zstd.
-    let compression = match rows < COMPRESSED_FROM_ROWS {
-        true => Compression::UNCOMPRESSED,
-        false => Compression::ZSTD(ZstdLevel::default()),
-    };
-    let props = WriterProperties::builder()
-        .set_compression(compression)
-        .build();
+    // saves (it was the largest cost of a single-file commit). A dictionary
+    // per column and page-level statistics (the page index) likewise cost
+    // more to build than they give a file of a few rows: without them a
+    // one-row `files` file is encoded in 40 µs instead of 87, and iceberg's
+    // pruning uses the chunk statistics that stay. The rule is by rows,
+    // whoever writes the file: a large append, or a compaction whose merged
+    // file reaches the threshold, writes zstd, dictionaries and the index.
+    let small = rows < COMPRESSED_FROM_ROWS;
+    let props = match small {
+        true => WriterProperties::builder()
+            .set_compression(Compression::UNCOMPRESSED)
+            .set_dictionary_enabled(false)
+            .set_statistics_enabled(EnabledStatistics::Chunk),
+        false => {
+            WriterProperties::builder().set_compression(Compression::ZSTD(ZstdLevel::default()))
+        }
+    }
+    .build();
     let schema = table.metadata().current_schema().clone();
     let parquet = ParquetWriterBuilder::new(props, schema);
     let locations = DefaultLocationGenerator::new(table.metadata())?;
