@@ -18,7 +18,8 @@
 //! input, plus a zstd context per worker: [`Engine::memory_bound`] adds it up,
 //! so a service can budget appends before it starts them. The threads start
 //! when a batch closes its second job: a batch of one job (one small file, as
-//! an HTTP PUT sends) is compressed and written on the caller's thread.
+//! an HTTP PUT sends) is compressed and written on the caller's thread, and
+//! leaves its buffers and context to the next such batch (`spare.rs`).
 //!
 //! Each byte is copied as few times as the pipeline allows: a file is read
 //! straight into the open pack's buffer (it only moves when it turns out to be
@@ -41,6 +42,7 @@ use crate::pages::{PageBuf, HUGE_PAGE};
 use crate::path;
 use crate::props::ArchiveProps;
 use crate::row::SliceRow;
+use crate::spare;
 
 /// Where the bytes of one input file come from.
 pub enum Source {
@@ -175,7 +177,8 @@ impl Engine {
     /// buffer rounded up to whole huge pages, as it is mapped) and one zstd
     /// context per worker, as zstd itself sizes a context for a `chunk_size`
     /// input. The dedupe map and the rows grow with the index, not with the
-    /// payload, and are not counted.
+    /// payload, and are not counted; nor are the light pairs kept between
+    /// batches (`spare.rs`), a few MiB per process whatever the appends.
     pub fn memory_bound(props: ArchiveProps, workers: usize) -> u64 {
         let workers = workers.max(1) as u64;
         let round = |n: u64| n.div_ceil(HUGE_PAGE as u64) * HUGE_PAGE as u64;
@@ -210,6 +213,7 @@ impl Engine {
                 lanes: Lanes {
                     scope,
                     level,
+                    zstd: None,
                     workers,
                     start,
                     state: Lane::Idle {
@@ -358,6 +362,10 @@ impl Producer<'_, '_, '_> {
         }
         match (self.pack.take(), self.engine.layout.close()) {
             (Some(pack), Some(closed)) => self.dispatch(closed, pack),
+            (Some(pack), None) if self.made == 1 => {
+                spare::give(pack, self.lanes.zstd.take(), self.engine.props.level);
+                Ok(())
+            }
             _ => Ok(()),
         }
     }
@@ -384,9 +392,22 @@ impl Producer<'_, '_, '_> {
                 let chunk = props.chunk_size as usize;
                 // A pack holds up to chunk_size bytes and then receives up to
                 // pack_threshold + 1 bytes of the next file.
-                let input = PageBuf::new(chunk + props.pack_threshold as usize + 1, huge);
-                let made = input.and_then(|i| Ok((i, PageBuf::new(chunk, huge)?)));
-                made.map_err(|e| Error::io("allocating compression buffers", e))?
+                let capacity = chunk + props.pack_threshold as usize + 1;
+                let spare = match huge {
+                    true => None,
+                    false => spare::take(capacity, chunk, props.level),
+                };
+                match spare {
+                    Some(spare) => {
+                        self.lanes.zstd = spare.zstd;
+                        spare.buffers
+                    }
+                    None => {
+                        let input = PageBuf::new(capacity, huge);
+                        let made = input.and_then(|i| Ok((i, PageBuf::new(chunk, huge)?)));
+                        made.map_err(|e| Error::io("allocating compression buffers", e))?
+                    }
+                }
             }
             Err(TryRecvError::Empty) => self.pool.recv().map_err(|_| stopped())?,
             Err(TryRecvError::Disconnected) => return Err(stopped()),
@@ -595,6 +616,8 @@ fn zstd_context_bytes(level: i32, input: u64) -> u64 {
 struct Lanes<'scope, 'env> {
     scope: &'scope Scope<'scope, 'env>,
     level: i32,
+    /// The context that came with a spare first pair, for a batch of one job.
+    zstd: Option<zstd::bulk::Compressor<'static>>,
     workers: usize,
     /// Where the batch's first blob goes in the archive.
     start: u64,
@@ -677,10 +700,14 @@ impl<'scope, 'env> Lanes<'scope, 'env> {
                 let Some(mut job) = first else {
                     return Ok(Vec::new());
                 };
-                compress(&mut zstd::bulk::Compressor::new(self.level).ok(), &mut job);
+                let mut zstd = self
+                    .zstd
+                    .or_else(|| zstd::bulk::Compressor::new(self.level).ok());
+                compress(&mut zstd, &mut job);
                 let mut blobs = Vec::with_capacity(1);
                 place(sink, &job, self.start, &mut blobs)?;
                 sink.flush().map_err(|e| Error::io("writing blobs", e))?;
+                spare::give((job.input, job.output), zstd, self.level);
                 Ok(blobs)
             }
             Lane::Running { jobs, writer } => {
@@ -832,5 +859,36 @@ mod tests {
         assert_eq!(rows.iter().filter(|r| r.blob_inner_offset == 0).count(), 3);
         assert_eq!(sink.threads.len(), 1);
         assert!(!sink.threads.contains(&here));
+    }
+
+    /// A batch of one job leaves its buffers and context to the next, which
+    /// writes what a fresh context writes, whatever the first left in them.
+    #[test]
+    fn a_one_job_batch_leaves_its_buffers_to_the_next() {
+        // Props no other test uses, so no parallel test takes the pair.
+        let props = ArchiveProps {
+            chunk_size: 16 << 10,
+            pack_threshold: 4 << 10,
+            level: 5,
+        };
+        let (input, output) = (20 << 10, 16 << 10);
+        let write = |bytes: Vec<u8>| {
+            let mut engine = Engine::new(props, 2).unwrap();
+            let mut sink = Watched::default();
+            let file = Ok(InputFile::from_bytes("a", bytes, None));
+            engine.write_batch([file], &mut sink, &mut |_| {}).unwrap();
+            sink.bytes
+        };
+        let long = b"the first batch's bytes\n".repeat(160);
+        write(long.clone());
+        let kept = spare::take(input, output, 5).expect("the first batch's pair");
+        assert!(kept.zstd.is_some());
+        assert!(kept.buffers.0.high_water() >= long.len());
+        spare::give(kept.buffers, kept.zstd, 5);
+
+        let short = b"the second, shorter\n".repeat(30);
+        let written = write(short.clone());
+        assert_eq!(written, zstd::bulk::compress(&short, 5).unwrap());
+        assert!(spare::take(input, output, 5).is_some(), "given back again");
     }
 }

@@ -31,7 +31,8 @@
 //!   the store).
 //! - Writing: `layout.rs` (packing and dedupe decisions), `engine.rs` (the
 //!   worker pool that slices, hashes and compresses), `pages.rs` (its
-//!   huge-page buffers), `tail.rs` (the one tail writer), `writer.rs`
+//!   huge-page buffers), `spare.rs` (what a one-job batch leaves for the
+//!   next), `tail.rs` (the one tail writer), `writer.rs`
 //!   (compress, append, merge, recover), `undo.rs` (an append's undo file),
 //!   `repack.rs` (a blob region re-packed around dead slices).
 //! - Reading: `io.rs` (positioned reads, the reader's only door), `reader.rs`
@@ -83,6 +84,7 @@ mod repack;
 mod row;
 mod scan;
 mod schema;
+mod spare;
 mod tail;
 mod tar;
 mod trie;

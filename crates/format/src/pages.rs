@@ -22,8 +22,9 @@ pub(crate) const HUGE_PAGE: usize = 2 << 20;
 /// if `huge`. `len` must come from the archive's properties or the engine's
 /// bounds, never from an untrusted field.
 pub(crate) fn map(len: usize, huge: bool) -> io::Result<MmapMut> {
-    let mapped = len.div_ceil(HUGE_PAGE).max(1) * HUGE_PAGE;
-    let map = MmapOptions::new().len(mapped).map_anon()?;
+    let map = MmapOptions::new()
+        .len(PageBuf::capacity_for(len))
+        .map_anon()?;
     #[cfg(target_os = "linux")]
     if huge {
         // Only advice: where it is refused the map works as is.
@@ -38,6 +39,9 @@ pub(crate) fn map(len: usize, huge: bool) -> io::Result<MmapMut> {
 pub(crate) struct PageBuf {
     map: MmapMut,
     len: usize,
+    /// The most bytes it has held: the pages touched, bar what a writer
+    /// filled through [`PageBuf::spare_mut`] and did not commit.
+    high: usize,
 }
 
 impl PageBuf {
@@ -47,6 +51,7 @@ impl PageBuf {
         Ok(PageBuf {
             map: map(capacity, huge)?,
             len: 0,
+            high: 0,
         })
     }
 
@@ -56,6 +61,21 @@ impl PageBuf {
 
     pub(crate) fn is_empty(&self) -> bool {
         self.len == 0
+    }
+
+    /// The capacity of a buffer made for `len` bytes: whole huge pages.
+    pub(crate) fn capacity_for(len: usize) -> usize {
+        len.div_ceil(HUGE_PAGE).max(1) * HUGE_PAGE
+    }
+
+    /// The bytes it can hold: its map's length.
+    pub(crate) fn capacity(&self) -> usize {
+        self.map.len()
+    }
+
+    /// The most bytes it has held since it was made.
+    pub(crate) fn high_water(&self) -> usize {
+        self.high
     }
 
     pub(crate) fn clear(&mut self) {
@@ -71,6 +91,7 @@ impl PageBuf {
         let end = self.len + bytes.len();
         self.map[self.len..end].copy_from_slice(bytes);
         self.len = end;
+        self.high = self.high.max(end);
     }
 
     /// The unused part, for writers that report how much they filled.
@@ -81,6 +102,7 @@ impl PageBuf {
     /// Marks `n` more bytes of [`PageBuf::spare_mut`] as filled.
     pub(crate) fn commit(&mut self, n: usize) {
         self.len = (self.len + n).min(self.map.len());
+        self.high = self.high.max(self.len);
     }
 
     /// Appends up to `limit` bytes from `r`, stopping early only at its end.
@@ -90,7 +112,10 @@ impl PageBuf {
         while self.len < end {
             match r.read(&mut self.map[self.len..end]) {
                 Ok(0) => break,
-                Ok(n) => self.len += n,
+                Ok(n) => {
+                    self.len += n;
+                    self.high = self.high.max(self.len);
+                }
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                 Err(e) => return Err(e),
             }
@@ -123,6 +148,7 @@ mod tests {
         assert_eq!(buf.fill_from(&mut r, 10).unwrap(), 0);
         buf.truncate(2);
         assert_eq!(&buf[..], b"ab");
+        assert_eq!(buf.high_water(), 8, "a truncated buffer keeps its pages");
     }
 
     #[test]
