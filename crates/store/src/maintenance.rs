@@ -382,7 +382,8 @@ impl RedbCatalog {
                 .build()?
                 .metadata,
         );
-        let next = self.publish(table, Arc::clone(&built), Vec::new()).await?;
+        let published = self.publish(table, Arc::clone(&built), Vec::new()).await?;
+        let next = metadata_location_of(&published)?;
         let mut doomed = expiry.doomed;
         // The log keeps the last `write.metadata.previous-versions-max`,
         // each with its `vN` link for path-based readers.
@@ -390,11 +391,11 @@ impl RedbCatalog {
             .metadata_log()
             .iter()
             .map(|m| local_path(&m.metadata_file))
-            .chain([local_path(&next)])
+            .chain([local_path(next)])
             .flat_map(|p| [version_link(&p).map(|(link, _)| link), Some(p)])
             .flatten()
             .collect();
-        let dir = local_path(&next).parent().map(Path::to_path_buf);
+        let dir = local_path(next).parent().map(Path::to_path_buf);
         if let Some(Ok(entries)) = dir.map(std::fs::read_dir) {
             doomed.extend(
                 entries

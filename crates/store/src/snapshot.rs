@@ -210,14 +210,7 @@ impl RedbCatalog {
                 .build()?
                 .metadata,
         );
-        let location = self.publish(table, Arc::clone(&built), written).await?;
-        Table::builder()
-            .file_io(self.file_io().clone())
-            .metadata_location(location)
-            .metadata(built)
-            .identifier(table.identifier().clone())
-            .runtime(iceberg::Runtime::current())
-            .build()
+        self.publish(table, built, written).await
     }
 
     /// Writes `entries` (as the manifest holds them) as the manifest at
