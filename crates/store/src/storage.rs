@@ -107,12 +107,18 @@ fn io_error<'a>(what: &'a str, path: &'a Path) -> impl FnOnce(std::io::Error) ->
     move |e| Error::new(ErrorKind::Unexpected, format!("{what} {}", path.display())).with_source(e)
 }
 
-/// Creates `path` (and its missing directories) for writing.
+/// Creates `path` (and its missing directories) for writing. The
+/// directories exist for all but a table's first files, so they are only
+/// made when the create says they are missing: asking first cost every file
+/// a `mkdir` and a `stat`.
 fn create(path: &Path) -> Result<File> {
-    if let Some(dir) = path.parent() {
-        fs::create_dir_all(dir).map_err(io_error("creating directory", dir))?;
+    match (File::create(path), path.parent()) {
+        (Err(e), Some(dir)) if e.kind() == std::io::ErrorKind::NotFound => {
+            fs::create_dir_all(dir).map_err(io_error("creating directory", dir))?;
+            File::create(path).map_err(io_error("creating", path))
+        }
+        (created, _) => created.map_err(io_error("creating", path)),
     }
-    File::create(path).map_err(io_error("creating", path))
 }
 
 #[async_trait]
