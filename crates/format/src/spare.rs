@@ -6,18 +6,20 @@
 //! drop them at its end. Dropping a map that was touched makes the kernel
 //! flush the TLB of every other core running the process (an interrupt to
 //! each), and making a context runs `cpuid`, which traps to the hypervisor
-//! in a virtual machine: together about 65 µs of a 1.3 ms PUT on the
-//! development machine (docs/benchmarks.md). So such a batch gives them
-//! back here, and the next batch of any engine whose buffers are the same
-//! size and whose level is the same takes them instead of making its own.
+//! in a virtual machine: together about 65 µs of CPU per small PUT in a
+//! profile on the development machine (docs/benchmarks.md), on the PUT's
+//! path. So such a batch gives them back here, and the next batch of any
+//! engine whose buffers are the same size and whose level is the same
+//! takes them instead of making its own.
 //!
 //! Only a pair whose input never held more than [`LIGHT`] bytes is kept
 //! (its output never holds more than its input, see `engine::encode`), with
-//! a context that never compressed more, and at most [`KEPT`] of them: the
-//! process holds at most `KEPT` times two `LIGHT` buffers and a context for
-//! a `LIGHT` input (about 0.3 MiB at level 3, 0.8 MiB at level 19) outside
-//! any append's budget. A pair that held more is unmapped as before: its
-//! batch had enough work to pay for it.
+//! a context that never compressed more, and at most [`KEPT`] of them. The
+//! process so holds at most `KEPT` times two `LIGHT` buffers and a context
+//! for a `LIGHT` input (0.28 MB at level 3, 0.58 MB at levels 19 to 22, as
+//! zstd reports them) outside any append's budget: at most 5 MiB. A pair
+//! that held more is unmapped as before: its batch had enough work to pay
+//! for it.
 
 use std::sync::Mutex;
 
