@@ -239,20 +239,14 @@ impl RedbCatalog {
             }
         }
         let metadata = TableMetadata::read_from(&self.file_io, location).await?;
-        self.remember(ident, location, metadata.into())
+        let table = self.table(ident.clone(), metadata, location.to_string())?;
+        self.remember(&table);
+        Ok(table)
     }
 
-    /// Records that `ident`'s pointer now names `location`, holding
-    /// `metadata`, and returns that table.
-    fn remember(
-        &self,
-        ident: &TableIdent,
-        location: &str,
-        metadata: TableMetadataRef,
-    ) -> Result<Table> {
-        let table = self.table(ident.clone(), metadata, location.to_string())?;
-        lock(&self.tables).insert(table_key(ident), table.clone());
-        Ok(table)
+    /// Records that `table`'s pointer now names its metadata location.
+    fn remember(&self, table: &Table) {
+        lock(&self.tables).insert(table_key(table.identifier()), table.clone());
     }
 
     /// The FileIO tables of this catalog use.
@@ -400,6 +394,8 @@ impl RedbCatalog {
                 ));
             }
         }
+        // Built before the swap, so that nothing after it can fail.
+        let table = self.table(ident.clone(), metadata, new.to_string())?;
         let (key, old, new_owned) = (table_key(ident), old.to_string(), new.to_string());
         let (db, hints) = (Arc::clone(&self.db), Arc::clone(&self.hints));
         let ident_s = ident.to_string();
@@ -439,7 +435,8 @@ impl RedbCatalog {
             Ok(())
         })
         .await?;
-        self.remember(ident, new, metadata)
+        self.remember(&table);
+        Ok(table)
     }
 }
 
