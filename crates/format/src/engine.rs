@@ -362,6 +362,8 @@ impl Producer<'_, '_, '_> {
         }
         match (self.pack.take(), self.engine.layout.close()) {
             (Some(pack), Some(closed)) => self.dispatch(closed, pack),
+            // Only the first pair was made and no job closed (every file
+            // was a duplicate, empty or a link): it is as light as it gets.
             (Some(pack), None) if self.made == 1 => {
                 spare::give(pack, self.lanes.zstd.take(), self.engine.props.level);
                 Ok(())
