@@ -891,6 +891,8 @@ mod tests {
         let short = b"the second, shorter\n".repeat(30);
         let written = write(short.clone());
         assert_eq!(written, zstd::bulk::compress(&short, 5).unwrap());
+        // One pair, given back again: the second batch took the first's.
         assert!(spare::take(input, output, 5).is_some(), "given back again");
+        assert!(spare::take(input, output, 5).is_none(), "a second pair made");
     }
 }

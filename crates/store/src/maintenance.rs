@@ -374,20 +374,19 @@ impl RedbCatalog {
     ) -> iceberg::Result<Vec<PathBuf>> {
         let metadata = table.metadata();
         let old = metadata_location_of(table)?.to_string();
-        let built = Arc::new(
-            metadata
-                .clone()
-                .into_builder(Some(old))
-                .remove_snapshots(&expiry.drop)
-                .build()?
-                .metadata,
-        );
-        let published = self.publish(table, Arc::clone(&built), Vec::new()).await?;
+        let built = metadata
+            .clone()
+            .into_builder(Some(old))
+            .remove_snapshots(&expiry.drop)
+            .build()?
+            .metadata;
+        let published = self.publish(table, built.into(), Vec::new()).await?;
         let next = metadata_location_of(&published)?;
         let mut doomed = expiry.doomed;
         // The log keeps the last `write.metadata.previous-versions-max`,
         // each with its `vN` link for path-based readers.
-        let logged: HashSet<PathBuf> = built
+        let logged: HashSet<PathBuf> = published
+            .metadata()
             .metadata_log()
             .iter()
             .map(|m| local_path(&m.metadata_file))
