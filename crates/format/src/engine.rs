@@ -893,6 +893,9 @@ mod tests {
         assert_eq!(written, zstd::bulk::compress(&short, 5).unwrap());
         // One pair, given back again: the second batch took the first's.
         assert!(spare::take(input, output, 5).is_some(), "given back again");
-        assert!(spare::take(input, output, 5).is_none(), "a second pair made");
+        assert!(
+            spare::take(input, output, 5).is_none(),
+            "a second pair made"
+        );
     }
 }
