@@ -19,6 +19,31 @@ pub mod meta_args;
 pub mod progress;
 pub mod read;
 
+/// How a command ends: its exit code, or its error on stderr and 1 (3 for
+/// the `meta` commands, whose 1 and 2 are answers). A reader that stopped
+/// reading, as in `znippy list a.znippy | head`, is not an error: the
+/// command stops quietly with 0, as ripgrep does.
+pub fn exit(result: Result<ExitCode>, is_meta: bool) -> ExitCode {
+    match result {
+        Ok(code) => code,
+        Err(e) if stopped_reading(&e) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("znippy: {e:#}");
+            ExitCode::from(if is_meta { 3 } else { 1 })
+        }
+    }
+}
+
+/// Whether `e` is a write to a pipe whose reader has gone (Rust ignores
+/// SIGPIPE, so the write fails with EPIPE instead of killing the process).
+/// Only the outermost I/O error counts: a remote read's error wraps the
+/// errors of its connection, whose own broken pipe is a failure.
+fn stopped_reading(e: &anyhow::Error) -> bool {
+    e.chain()
+        .find_map(|c| c.downcast_ref::<std::io::Error>())
+        .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
+}
+
 /// Prints a metadata search of `archive`, one `path key type value` line a
 /// fact (or only the paths), and gives the exit code the `meta` commands
 /// document: 0 hits, 1 no match, 2 no metadata section.

@@ -3,7 +3,7 @@
 
 use std::ffi::OsString;
 use std::fs::{File, TryLockError};
-use std::io::BufWriter;
+use std::io::{BufWriter, Write};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -180,13 +180,7 @@ impl TreeArgs {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let is_meta = matches!(cli.cmd, Cmd::Read(ReadCmd::Meta(_)));
-    match run(cli.cmd) {
-        Ok(code) => code,
-        Err(e) => {
-            eprintln!("znippy: {e:#}");
-            ExitCode::from(if is_meta { 3 } else { 1 })
-        }
-    }
+    znippy_cli::exit(run(cli.cmd), is_meta)
 }
 
 fn open(path: &Path) -> Result<Archive<File>> {
@@ -353,7 +347,7 @@ fn recover(args: RecoverArgs) -> Result<()> {
             "the append stopped before changing the archive; its undo file is removed"
         }
     };
-    println!("{}: {said}", archive.display());
+    writeln!(std::io::stdout(), "{}: {said}", archive.display())?;
     Ok(())
 }
 

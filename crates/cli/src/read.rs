@@ -215,10 +215,11 @@ fn get<R: ReadAt>(a: &Archive<R>, args: &GetArgs) -> Result<()> {
 
 fn verify<R: ReadAt>(a: &Archive<R>, args: &VerifyArgs) -> Result<()> {
     let n = a.verify(threads(args.threads))?;
-    println!(
+    writeln!(
+        std::io::stdout(),
         "ok: {n} slices and {} sections verified",
         a.sections().len()
-    );
+    )?;
     Ok(())
 }
 
@@ -258,53 +259,60 @@ fn info<R: ReadAt>(a: &Archive<R>, path: &Path) -> Result<()> {
     let p = a.props();
     let entries = a.entries("")?;
     let raw: u64 = entries.iter().map(|e| e.size).sum();
-    println!("archive        {}", path.display());
-    println!(
+    let mut out = std::io::stdout().lock();
+    writeln!(out, "archive        {}", path.display())?;
+    writeln!(
+        out,
         "size           {} ({} bytes)",
         human(a.archive_len()),
         a.archive_len()
-    );
-    println!("files          {}", entries.len());
-    println!("slices         {}", a.row_count());
-    println!("uncompressed   {} ({raw} bytes)", human(raw));
-    println!(
+    )?;
+    writeln!(out, "files          {}", entries.len())?;
+    writeln!(out, "slices         {}", a.row_count())?;
+    writeln!(out, "uncompressed   {} ({raw} bytes)", human(raw))?;
+    writeln!(
+        out,
         "blob region    {} ({} bytes)",
         human(a.blob_end()),
         a.blob_end()
-    );
+    )?;
     let index = a.archive_len() - a.blob_end();
-    println!(
+    writeln!(
+        out,
         "index          {} ({index} bytes, {:.0} per file)",
         human(index),
         index as f64 / entries.len().max(1) as f64
-    );
-    println!("format         version {}", a.format_version());
+    )?;
+    writeln!(out, "format         version {}", a.format_version())?;
     let ratio = if a.archive_len() == 0 {
         0.0
     } else {
         raw as f64 / a.archive_len() as f64
     };
-    println!("ratio          {ratio:.3}");
+    writeln!(out, "ratio          {ratio:.3}")?;
     let id: String = a.identity()?.iter().map(|b| format!("{b:02x}")).collect();
-    println!("identity       {id}");
-    println!(
+    writeln!(out, "identity       {id}")?;
+    writeln!(
+        out,
         "properties     codec={} level={} chunk_size={} pack_threshold={}",
         znippy_format::CODEC,
         p.level,
         p.chunk_size,
         p.pack_threshold
-    );
-    println!("trie           {:?}", a.trie_state());
-    println!("sections:");
-    println!(
+    )?;
+    writeln!(out, "trie           {:?}", a.trie_state())?;
+    writeln!(out, "sections:")?;
+    writeln!(
+        out,
         "  {:>8} {:<20} {:>12} {:>12} {:>10}",
         "pkg_type", "module", "offset", "length", "rows"
-    );
+    )?;
     for s in a.sections() {
-        println!(
+        writeln!(
+            out,
             "  {:>8} {:<20} {:>12} {:>12} {:>10}",
             s.pkg_type, s.module_name, s.index_offset, s.index_len, s.row_count
-        );
+        )?;
     }
     Ok(())
 }

@@ -185,6 +185,58 @@ fn get_list_info_and_help() {
     );
 }
 
+/// Runs `znippy args` with its stdout a pipe whose reader is gone before
+/// it writes: what `znippy list a.znippy | head` does once head has its lines.
+fn znippy_into_closed_pipe(args: &[&str]) -> Output {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_znippy"))
+        .args(args)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("run znippy");
+    drop(child.stdout.take());
+    child.wait_with_output().expect("wait for znippy")
+}
+
+#[test]
+fn a_reader_that_stops_reading_ends_the_command_quietly() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (src, arc) = (tmp.path().join("src"), tmp.path().join("a.znippy"));
+    // Outputs past a pipe's 64 KiB buffer, so the write that finds the
+    // reader gone is certain to happen: a listing of 3,000 long names, and
+    // one 1 MiB file.
+    for i in 0..3_000 {
+        let p = src.join(format!(
+            "{:02}/a-name-long-enough-to-fill-a-pipe-{i:05}.txt",
+            i % 30
+        ));
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+        std::fs::write(p, i.to_string()).unwrap();
+    }
+    std::fs::write(src.join("big.bin"), vec![7u8; 1 << 20]).unwrap();
+    ok(&["compress", s(&src), "-o", s(&arc)]);
+    for args in [
+        vec!["list", s(&arc)],
+        vec!["list", "--long", s(&arc)],
+        vec!["get", s(&arc), "big.bin"],
+        vec!["info", s(&arc)],
+    ] {
+        let out = znippy_into_closed_pipe(&args);
+        assert_eq!(
+            (
+                out.status.code(),
+                String::from_utf8_lossy(&out.stderr).as_ref()
+            ),
+            (Some(0), ""),
+            "znippy {args:?}"
+        );
+    }
+    // A failure is still one, pipe or not.
+    let out = znippy_into_closed_pipe(&["get", s(&arc), "no/such/file"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("no such file"));
+}
+
 #[test]
 fn meta_search_exit_codes_and_typing() {
     let tmp = tempfile::tempdir().unwrap();

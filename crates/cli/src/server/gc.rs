@@ -1,5 +1,7 @@
 //! `znippy gc`: removes the blob segments no committed row names.
 
+use std::io::Write;
+
 use anyhow::{bail, Context, Result};
 use clap::Args;
 use znippy_store::{Store, StoreOptions, GC_MIN_AGE};
@@ -25,10 +27,12 @@ pub fn run(args: GcArgs) -> Result<()> {
         let store = Store::open_remote(remote.connect().await?, StoreOptions::new(1)).await?;
         let min_age = std::time::Duration::from_secs(args.min_age);
         let collected = store.gc(min_age).await?;
-        println!(
+        writeln!(
+            std::io::stdout(),
             "removed {} unnamed segments ({} bytes)",
-            collected.objects, collected.bytes
-        );
+            collected.objects,
+            collected.bytes
+        )?;
         store.close().await;
         Ok(())
     })

@@ -91,10 +91,12 @@ pub fn seal(data: PathBuf, id: &str, output: Option<&std::path::Path>) -> Result
                 r.repack.blobs_copied, r.repack.blobs_rebuilt
             )
         };
-        println!(
+        writeln!(
+            std::io::stdout(),
             "sealed {id}: {} ({} bytes, {how}, identity {hex})",
-            r.at, r.size,
-        );
+            r.at,
+            r.size,
+        )?;
         Ok(())
     })
 }

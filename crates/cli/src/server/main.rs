@@ -73,13 +73,7 @@ fn main() -> ExitCode {
             ..
         } | Cmd::Read(ReadCmd::Meta(_))
     );
-    match run(cli.cmd) {
-        Ok(code) => code,
-        Err(e) => {
-            eprintln!("znippy: {e:#}");
-            ExitCode::from(if is_meta { 3 } else { 1 })
-        }
-    }
+    znippy_cli::exit(run(cli.cmd), is_meta)
 }
 
 fn run(cmd: Cmd) -> Result<ExitCode> {
