@@ -19,7 +19,7 @@ WORKDIR /src
 COPY . .
 RUN --mount=type=cache,target=/usr/local/cargo/registry \
     --mount=type=cache,target=/usr/local/cargo/git \
-    cargo build --release -p znippy --locked \
+    ./scripts/build --release --locked \
  && install -m 0755 target/release/znippy target/release/znippy-server /usr/local/bin/
 
 FROM debian:bookworm-slim

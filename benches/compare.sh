@@ -5,11 +5,12 @@
 #   bash benches/compare.sh | tee /tmp/bench-report.md
 #
 # Knobs (environment):
-#   ZNIPPY          znippy binary (default: <repo>/target/release/znippy)
+#   ZNIPPY          znippy binary (default: <repo>/target/release/znippy, built by
+#                   ./scripts/build --release)
 #   BENCH_DIR       work dir, needs ~15 GB free with set d (default /tmp/znippy-bench)
 #   BENCH_OUT       extractions go to $BENCH_OUT/znippy-bench-out (default: BENCH_DIR);
 #                   e.g. /dev/shm to time the tools rather than the file system
-#   BENCH_SETS      data sets to run, any of "a b c d" (default "a b c d")
+#   BENCH_SETS      data sets to run, any of "a b c d e" (default "a b c d e")
 #   BENCH_QUICK=1   1 timed run instead of 3, and skip set d
 #   BENCH_RUNS      timed runs per measurement (default 3, or 1 with BENCH_QUICK)
 #   BENCH_SHORT_RUNS  timed runs of a measurement whose warm-up took under 1 s
@@ -19,12 +20,14 @@
 #   BENCH_C_MB      set c: MB of shared libraries copied (default 800)
 #   BENCH_C_DUP_MB  set c: MB of those copied again under dup/ (default 200)
 #   BENCH_D_GIB     set d: size of the generated file in GiB (default 4)
+#   BENCH_E_FILES   set e: number of files (default 20000)
 #
 # Data sets:
 #   a  the cargo registry's source cache (many small text files)
 #   b  the cargo registry's .crate cache (already compressed)
 #   c  shared libraries (binaries), symlinks skipped, part of them duplicated
 #   d  one generated file, half text and half random, for peak memory
+#   e  generated small JSON files, 30 to 500 bytes each (BENCH_E_FILES of them)
 #
 # Every tool reads the same copy of the data from the page cache: it is run once
 # untimed (warm-up), then timed; the median is reported. Archives and output
@@ -36,7 +39,7 @@ repo_root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 ZNIPPY=${ZNIPPY:-$repo_root/target/release/znippy}
 BENCH_DIR=${BENCH_DIR:-/tmp/znippy-bench}
 BENCH_QUICK=${BENCH_QUICK:-0}
-BENCH_SETS=${BENCH_SETS:-a b c d}
+BENCH_SETS=${BENCH_SETS:-a b c d e}
 if [[ $BENCH_QUICK == 1 ]]; then
     RUNS=${BENCH_RUNS:-1}
     BENCH_SETS=${BENCH_SETS//d/}
@@ -50,6 +53,7 @@ GET_SAMPLES=${BENCH_GET_SAMPLES:-32}
 C_MB=${BENCH_C_MB:-800}
 C_DUP_MB=${BENCH_C_DUP_MB:-200}
 D_GIB=${BENCH_D_GIB:-4}
+E_FILES=${BENCH_E_FILES:-20000}
 CARGO_DIR=${CARGO_HOME:-$HOME/.cargo}
 NPROC=$(nproc)
 TOOLS=(znippy tarzstd squashfs zip)
@@ -338,6 +342,38 @@ EOF
     DESC[d]="one generated file of ${D_GIB} GiB: 1 MiB blocks of half word text (moving offset in a fixed corpus), half seeded random bytes"
 }
 
+# E_FILES small JSON records of 30 to 500 bytes, 50 to a directory: the
+# per-file overhead of each format, where the index is most of an archive.
+# Deterministic.
+prepare_e() {
+    rm -rf "$DATA/e"
+    python3 - "$DATA/e" "$E_FILES" <<'EOF'
+import json, os, random, sys
+root, n = sys.argv[1], int(sys.argv[2])
+rng = random.Random(20261204)
+letters = "abcdefghijklmnopqrstuvwxyz"
+words = ["".join(rng.choice(letters) for _ in range(rng.randint(2, 9))) for _ in range(2000)]
+for i in range(n):
+    d = os.path.join(root, f"part-{i // 50:05}")
+    if i % 50 == 0:
+        os.makedirs(d)
+    want = rng.randint(30, 500)
+    record = {"id": i}
+    while len(json.dumps(record)) < want:
+        key = rng.choice(words)
+        kind = rng.random()
+        if kind < 0.4:
+            record[key] = " ".join(rng.choice(words) for _ in range(rng.randint(1, 6)))
+        elif kind < 0.8:
+            record[key] = rng.randint(0, 10 ** rng.randint(1, 9))
+        else:
+            record[key] = rng.random() < 0.5
+    with open(os.path.join(d, f"{rng.choice(words)}-{i}.json"), "w") as f:
+        f.write(json.dumps(record))
+EOF
+    DESC[e]="$E_FILES generated JSON records of 30 to 500 bytes, 50 to a directory"
+}
+
 # Prints "files bytes distinct_bytes" of a directory (distinct: by content hash).
 dir_stats() {
     python3 - "$1" <<'EOF'
@@ -464,36 +500,53 @@ for r in json.load(open(sys.argv[1]))["results"]:
     fi
 }
 
-GET_PATHS=()
-# One-file extraction of GET_SAMPLES files spread evenly over the archive's
-# listing: where a file sits in its pack decides how much of the pack a reader
-# decodes, so one file would measure luck. MS[get:TOOL] is the mean over the
-# files of each file's median, MS[getmax:TOOL] the slowest file's median.
+# A python with pyarrow (benches/get_paths.py reads the archive's lookup),
+# in a virtualenv under $BENCH_DIR made on first use.
+bench_python() {
+    local py=$BENCH_DIR/venv/bin/python
+    if ! "$py" -c 'import pyarrow' 2>/dev/null; then
+        log "installing pyarrow into $BENCH_DIR/venv"
+        python3 -m venv "$BENCH_DIR/venv" >&2
+        "$py" -m pip install -q --disable-pip-version-check pyarrow >&2
+    fi
+    echo "$py"
+}
+
+GET_SETS=()
+declare -A GET_PATH GET_DEPTH
+# bench_get SET: one-file extraction of GET_SAMPLES files at evenly spaced
+# quantiles of how deep into its blob each one ends: a reader decodes a pack
+# from its start to the end of the file it wants, so the depth decides what
+# a get costs, and one file would measure luck. MS[getSET:TOOL] is the mean
+# over the files of each file's median, MS[getmaxSET:TOOL] the slowest
+# file's median.
 bench_get() {
-    local tool n k i scratch=$OUTS/get-scratch cmds
-    local -a paths
-    mapfile -t paths < <("$ZNIPPY" list "$ARCS/a.znippy")
-    n=${#paths[@]}
-    GET_PATHS=()
-    for ((k = 0; k < GET_SAMPLES; k++)); do
-        GET_PATHS+=("${paths[(2 * k + 1) * n / (2 * GET_SAMPLES)]}")
-    done
+    local set=$1 tool k i scratch=$OUTS/get-scratch cmds depth path py
+    py=$(bench_python)
+    k=0
+    while IFS=$'\t' read -r depth path; do
+        GET_DEPTH[$set:$k]=$depth
+        GET_PATH[$set:$k]=$path
+        k=$((k + 1))
+    done < <("$py" "$repo_root/benches/get_paths.py" "$ARCS/$set.znippy" "$GET_SAMPLES")
+    ((k == GET_SAMPLES)) || die "benches/get_paths.py gave $k files of set $set, not $GET_SAMPLES"
+    GET_SETS+=("$set")
     mkdir -p "$scratch"
-    log "set a: one-file extraction of $GET_SAMPLES files, $GET_RUNS runs each"
+    log "set $set: one-file extraction of $GET_SAMPLES files, $GET_RUNS runs each"
     for ((k = 0; k < GET_SAMPLES; k++)); do
         cmds=()
         for tool in "${TOOLS[@]}"; do
-            cmds+=("$(cmd_get "$tool" "$ARCS/a.$(ext_of "$tool")" "${GET_PATHS[k]}" "$scratch")")
+            cmds+=("$(cmd_get "$tool" "$ARCS/$set.$(ext_of "$tool")" "${GET_PATH[$set:$k]}" "$scratch")")
         done
-        measure "get$k" "$GET_RUNS" 3 "${cmds[@]}"
+        measure "get$set$k" "$GET_RUNS" 3 "${cmds[@]}"
     done
     for ((i = 0; i < ${#TOOLS[@]}; i++)); do
         local all=()
-        for ((k = 0; k < GET_SAMPLES; k++)); do all+=("${MS[get$k:$i]}"); done
-        MS[get:$i]=$(printf '%s\n' "${all[@]}" | awk '{ s += $1 } END { printf "%.3f", s / NR }')
-        MS[getmax:$i]=$(printf '%s\n' "${all[@]}" | sort -g | tail -n1)
-        MS[getmin:$i]=$(printf '%s\n' "${all[@]}" | sort -g | head -n1)
-        MS[getp50:$i]=$(printf '%s\n' "${all[@]}" | sort -g | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }')
+        for ((k = 0; k < GET_SAMPLES; k++)); do all+=("${MS[get$set$k:$i]}"); done
+        MS[get$set:$i]=$(printf '%s\n' "${all[@]}" | awk '{ s += $1 } END { printf "%.3f", s / NR }')
+        MS[getmax$set:$i]=$(printf '%s\n' "${all[@]}" | sort -g | tail -n1)
+        MS[getmin$set:$i]=$(printf '%s\n' "${all[@]}" | sort -g | head -n1)
+        MS[getp50$set:$i]=$(printf '%s\n' "${all[@]}" | sort -g | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }')
     done
     rm -rf "$scratch"
 }
@@ -632,7 +685,7 @@ report() {
     echo
     echo "| tool | version |"
     echo "|---|---|"
-    echo "| znippy | $("$ZNIPPY" --version) (\`$ZNIPPY\`) |"
+    echo "| znippy | $("$ZNIPPY" --version) (\`$ZNIPPY\`, $(linkage "$ZNIPPY")) |"
     echo "| tar | $(tar --version | sed -n 1p) |"
     echo "| zstd | $(zstd --version | tr -d '*' | sed 's/^ *//; s/ *$//') |"
     echo "| mksquashfs | $(mksquashfs -version 2>&1 | sed -n 1p) |"
@@ -659,7 +712,7 @@ report() {
     echo
     echo "| set | what | files | bytes | distinct content | other CPU-s / stolen s during the set |"
     echo "|---|---|---|---|---|---|"
-    for set in a b c d; do
+    for set in a b c d e; do
         [[ -n ${IN_BYTES[$set]:-} ]] || continue
         if [[ -n ${IN_DISTINCT[$set]:-} ]]; then
             echo "| $set | ${DESC[$set]} | ${IN_FILES[$set]} | $(mb "${IN_BYTES[$set]}") MB | $(mb "${IN_DISTINCT[$set]}") MB | $(other_words "$set") |"
@@ -668,7 +721,7 @@ report() {
         fi
     done
 
-    for set in a b c; do
+    for set in a b c e; do
         [[ -n ${CT[$set:znippy]:-} ]] || continue
         in=${IN_BYTES[$set]}
         echo
@@ -694,21 +747,43 @@ report() {
         done
     done
 
-    if ((${#GET_PATHS[@]} > 0)); then
+    local row slower k i
+    for set in "${GET_SETS[@]}"; do
         echo
-        echo "## Set a: one file out of the archive"
+        echo "## Set $set: one file out of the archive"
         echo
-        echo "$GET_SAMPLES files spread evenly over \`znippy list\` (the k-th at index (2k+1)n/$((2 * GET_SAMPLES))), from \`${GET_PATHS[0]}\` to \`${GET_PATHS[GET_SAMPLES - 1]}\`."
+        echo "$GET_SAMPLES files at evenly spaced quantiles of how deep into its blob each one ends, from ${GET_DEPTH[$set:0]} to ${GET_DEPTH[$set:$((GET_SAMPLES - 1))]} bytes (\`benches/get_paths.py\`): a reader decodes a compressed pack from its start to the end of the file it wants."
         echo "Each is extracted as a whole process, median of $GET_RUNS runs after 3 warm-ups$([[ $HAVE_HYPERFINE == 1 ]] && echo " (hyperfine, shell spawn subtracted)"); the table gives the mean of those medians and the slowest file's."
         [[ $SQFS_CAT == 1 ]] || echo "unsquashfs $(unsquashfs -v 2>&1 | sed -n 1p | awk '{print $2}') has no \`-cat\`, so it writes the one file to a scratch directory."
         echo
         echo "| tool | command | fastest file ms | median file ms | mean ms | slowest file ms |"
         echo "|---|---|---:|---:|---:|---:|"
-        local i=0
+        i=0
         for tool in "${TOOLS[@]}"; do
-            echo "| $(label_of "$tool") | $(md "$(cmd_get "$tool" ARC PATH_IN_ARCHIVE OUT)") | $(fmt '%.1f' "${MS[getmin:$i]}") | $(fmt '%.1f' "${MS[getp50:$i]}") | $(fmt '%.1f' "${MS[get:$i]}") | $(fmt '%.1f' "${MS[getmax:$i]}") |"
+            echo "| $(label_of "$tool") | $(md "$(cmd_get "$tool" ARC PATH_IN_ARCHIVE OUT)") | $(fmt '%.1f' "${MS[getmin$set:$i]}") | $(fmt '%.1f' "${MS[getp50$set:$i]}") | $(fmt '%.1f' "${MS[get$set:$i]}") | $(fmt '%.1f' "${MS[getmax$set:$i]}") |"
             i=$((i + 1))
         done
+        echo
+        echo "Per file (median ms), by depth:"
+        echo
+        row="| depth, bytes | path |"
+        for tool in "${TOOLS[@]}"; do row+=" $(label_of "$tool") |"; done
+        echo "$row"
+        row="|---:|---|"
+        for tool in "${TOOLS[@]}"; do row+="---:|"; done
+        echo "$row"
+        slower=0
+        for ((k = 0; k < GET_SAMPLES; k++)); do
+            row="| ${GET_DEPTH[$set:$k]} | \`${GET_PATH[$set:$k]}\` |"
+            for ((i = 0; i < ${#TOOLS[@]}; i++)); do row+=" $(fmt '%.1f' "${MS[get$set$k:$i]}") |"; done
+            echo "$row"
+            (($(ge "${MS[get$set$k:2]}" "${MS[get$set$k:0]}"))) || slower=$((slower + 1))
+        done
+        echo
+        echo "znippy is slower than unsquashfs on $slower of the $GET_SAMPLES files."
+    done
+
+    if has_set a; then
         echo
         echo "## Set a: list and verify"
         echo
@@ -763,19 +838,24 @@ report() {
     if [[ -n ${CT[a:znippy]:-} ]]; then
         target "full decompress on (a) no slower than zstd -dc \| tar -x" "$(ge "${DT[a:tarzstd]}" "${DT[a:znippy]}")" \
             "$(fmt '%.2f' "${DT[a:znippy]}") s vs $(fmt '%.2f' "${DT[a:tarzstd]}") s"
-        target "one-file get on (a) no slower than unsquashfs (mean of $GET_SAMPLES files)" "$(ge "${MS[get:2]}" "${MS[get:0]}")" \
-            "$(fmt '%.1f' "${MS[get:0]}") ms vs $(fmt '%.1f' "${MS[get:2]}") ms"
-        target "one-file get on (a), slowest of $GET_SAMPLES files, no slower than unsquashfs's slowest" "$(ge "${MS[getmax:2]}" "${MS[getmax:0]}")" \
-            "$(fmt '%.1f' "${MS[getmax:0]}") ms vs $(fmt '%.1f' "${MS[getmax:2]}") ms"
-        z=${SZ[a:znippy]}
-        tz=${SZ[a:tarzstd]}
-        target "archive size on (a) within 2% of tar \| zstd" "$(ge "$(calc "1.02 * $tz")" "$z")" \
-            "$(mb "$z") MB vs $(mb "$tz") MB ($(fmt '%+.1f%%' "100 * ($z / $tz - 1)"))"
     else
         target "full decompress on (a) no slower than zstd -dc \| tar -x" skip "set a not run"
-        target "one-file get on (a) no slower than unsquashfs" skip "set a not run"
-        target "archive size on (a) within 2% of tar \| zstd" skip "set a not run"
     fi
+    for set in a e; do
+        if [[ -n ${CT[$set:znippy]:-} ]]; then
+            target "one-file get on ($set) no slower than unsquashfs (mean of $GET_SAMPLES files)" "$(ge "${MS[get$set:2]}" "${MS[get$set:0]}")" \
+                "$(fmt '%.1f' "${MS[get$set:0]}") ms vs $(fmt '%.1f' "${MS[get$set:2]}") ms"
+            target "one-file get on ($set), slowest of $GET_SAMPLES files, no slower than unsquashfs's slowest" "$(ge "${MS[getmax$set:2]}" "${MS[getmax$set:0]}")" \
+                "$(fmt '%.1f' "${MS[getmax$set:0]}") ms vs $(fmt '%.1f' "${MS[getmax$set:2]}") ms"
+            z=${SZ[$set:znippy]}
+            tz=${SZ[$set:tarzstd]}
+            target "archive size on ($set) within 2% of tar \| zstd" "$(ge "$(calc "1.02 * $tz")" "$z")" \
+                "$(mb "$z") MB vs $(mb "$tz") MB ($(fmt '%+.1f%%' "100 * ($z / $tz - 1)"))"
+        else
+            target "one-file get on ($set) no slower than unsquashfs" skip "set $set not run"
+            target "archive size on ($set) within 2% of tar \| zstd" skip "set $set not run"
+        fi
+    done
     if [[ -n ${CT[c:znippy]:-} ]]; then
         z=${SZ[c:znippy]}
         tz=${SZ[c:tarzstd]}
@@ -799,12 +879,24 @@ report() {
     printf '%s\n' "${TARGETS[@]}"
 }
 
+# How BINARY is linked: a get is a whole process, and the dynamic loader is
+# part of its time (scripts/build links the archiver as a static PIE).
+linkage() {
+    if ! command -v readelf >/dev/null; then
+        echo "linkage not checked: no readelf"
+    elif readelf -l "$1" 2>/dev/null | grep -q 'program interpreter'; then
+        echo "dynamically linked"
+    else
+        echo "static"
+    fi
+}
+
 # ---------------------------------------------------------------------------
 # Main
 # ---------------------------------------------------------------------------
 
 main() {
-    [[ -x $ZNIPPY ]] || die "no znippy binary at $ZNIPPY (build it: cargo build --release -p znippy)"
+    [[ -x $ZNIPPY ]] || die "no znippy binary at $ZNIPPY (build it: ./scripts/build --release)"
     ZNIPPY=$(realpath "$ZNIPPY")
     mkdir -p "$BENCH_DIR"
     BENCH_DIR=$(realpath "$BENCH_DIR")
@@ -834,7 +926,7 @@ main() {
 
     local set m0 run0 o st
     run0=$(cpu_mark)
-    for set in a b c d; do
+    for set in a b c d e; do
         has_set "$set" || continue
         log "set $set: preparing"
         "prepare_$set"
@@ -843,8 +935,10 @@ main() {
             bench_memory
         else
             bench_set "$set"
+            if [[ $set == a || $set == e ]]; then
+                bench_get "$set"
+            fi
             if [[ $set == a ]]; then
-                bench_get
                 bench_list_verify
             fi
         fi
