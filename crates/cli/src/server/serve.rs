@@ -1,5 +1,6 @@
 //! `znippy serve`: the HTTP service on a data directory.
 
+use std::io::Write;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
@@ -162,7 +163,13 @@ pub fn run(args: ServeArgs) -> Result<()> {
     rt.block_on(async {
         let listener = znippy_http::bind(&config).await?;
         // Tests and scripts read this line to find the port of --listen ...:0.
-        println!("listening on http://{}", listener.local_addr()?);
+        // A reader that has gone (`| head -1`) or no stdout at all does not
+        // stop the service.
+        let _ = writeln!(
+            std::io::stdout(),
+            "listening on http://{}",
+            listener.local_addr()?
+        );
         znippy_http::serve_on(listener, config, shutdown()).await?;
         tracing::info!("stopped");
         Ok(())
