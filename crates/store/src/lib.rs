@@ -93,6 +93,7 @@ mod tables;
 use std::collections::{HashMap, HashSet};
 use std::io::Write;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use iceberg::spec::SortOrder;
@@ -352,6 +353,9 @@ impl StoreOptions {
 pub(crate) struct Slot {
     writer: Arc<Mutex<()>>,
     maintenance: Arc<Mutex<()>>,
+    /// Set by a change that found the tables due while the maintenance
+    /// task held `maintenance`: the task looks at it before it ends.
+    again: AtomicBool,
     commit: Arc<Mutex<()>>,
     state: Arc<Mutex<LiveArchive>>,
     /// What one append to it may hold ([`znippy_format::Engine::memory_bound`]
@@ -428,61 +432,22 @@ impl Slot {
     /// starts it again.
     fn maintain(self: &Arc<Self>, catalog: &Backend, changes: &TaskTracker) {
         let Ok(running) = Arc::clone(&self.maintenance).try_lock_owned() else {
+            // The running task takes this change's work too (`until_settled`).
+            self.again.store(true, Ordering::SeqCst);
             return;
         };
-        let Some(redb) = catalog.redb().cloned() else {
-            // A shared catalog's rewrites are its owner's to run; expiry
-            // keeps the metadata every node loads small.
-            let (slot, catalog) = (Arc::clone(self), catalog.clone());
-            changes.spawn(async move {
-                let _running = running;
-                let idents = {
-                    let s = slot.state.lock().await;
-                    [s.files_ident.clone(), s.meta_ident.clone()]
-                };
-                for ident in &idents {
-                    if let Err(e) = maintenance::expire_shared(catalog.catalog(), ident).await {
-                        tracing::warn!("expiring snapshots of {ident} failed: {e}");
-                    }
-                }
-            });
+        let (slot, catalog) = (Arc::clone(self), catalog.clone());
+        if catalog.redb().is_none() {
+            changes.spawn(async move { slot.until_settled(running, &catalog).await });
             return;
-        };
-        let catalog = redb;
-        let slot = Arc::clone(self);
+        }
         // A rewrite decodes and encodes parquet for milliseconds at a time
         // without yielding: on one of the runtime's workers it held up the
         // requests queued behind it (every 32nd small PUT took 4x the
         // median). It runs on a thread of its own, below the requests'
         // threads in the kernel's scheduler (on Linux a nice value is a
         // thread's), its syncs on the blocking pool as every other's.
-        let job = async move {
-            let _running = running;
-            let idents = {
-                let s = slot.state.lock().await;
-                if s.dropped {
-                    return;
-                }
-                [s.files_ident.clone(), s.meta_ident.clone()]
-            };
-            for ident in &idents {
-                // The commits that found the table due while a pass ran
-                // left it to this task: it goes on until nothing is due,
-                // so an archive that stops changing is left small too.
-                for _ in 0..maintenance::PASSES {
-                    match maintenance::maintain(&catalog, ident, &slot.commit).await {
-                        Ok(true) => {}
-                        Ok(false) => break,
-                        Err(e) => {
-                            tracing::warn!(
-                                "maintaining {ident} failed (retried after a later change): {e}"
-                            );
-                            break;
-                        }
-                    }
-                }
-            }
-        };
+        let job = async move { slot.until_settled(running, &catalog).await };
         let runtime = tokio::runtime::Handle::current();
         let (done, finished) = tokio::sync::oneshot::channel::<()>();
         // `Store::close` waits for the thread through `changes`; if the
@@ -503,6 +468,61 @@ impl Slot {
         if let Err(e) = thread {
             tracing::warn!("maintenance not started (retried after a later change): {e}");
         }
+    }
+
+    /// Keeps the tables small under `running` until a round does nothing
+    /// and no change found them due meanwhile. Such a change could not take
+    /// the lock this task holds and left its work here: the task looks for
+    /// one before it lets go of the lock, and once more after, so an
+    /// archive that stops changing is left small too. It never ends under a
+    /// stream of appends that keeps the tables due; a drop takes the writer
+    /// lock first, which ends the stream.
+    async fn until_settled(self: &Arc<Self>, mut running: OwnedMutexGuard<()>, catalog: &Backend) {
+        let idents = {
+            let s = self.state.lock().await;
+            if s.dropped {
+                return;
+            }
+            [s.files_ident.clone(), s.meta_ident.clone()]
+        };
+        loop {
+            while self.round(catalog, &idents).await {}
+            if self.again.swap(false, Ordering::SeqCst) {
+                continue;
+            }
+            drop(running);
+            if !self.again.load(Ordering::SeqCst) {
+                return;
+            }
+            match Arc::clone(&self.maintenance).try_lock_owned() {
+                Ok(guard) => running = guard,
+                // Another task has it, or a drop.
+                Err(_) => return,
+            }
+        }
+    }
+
+    /// One pass on each table, so that a stream of appends to one does not
+    /// hold up the other; whether any pass did something. A shared
+    /// catalog's rewrites are its owner's to run: there the store only
+    /// expires snapshots, which keeps the metadata every node loads small.
+    async fn round(&self, catalog: &Backend, idents: &[TableIdent; 2]) -> bool {
+        let mut worked = false;
+        for ident in idents {
+            let pass = match catalog.redb() {
+                Some(redb) => maintenance::maintain(redb, ident, &self.commit).await,
+                None => maintenance::expire_shared(catalog.catalog(), ident)
+                    .await
+                    .map(|()| false),
+            };
+            match pass {
+                Ok(done) => worked |= done,
+                Err(e) => {
+                    tracing::warn!("maintaining {ident} failed (retried after a later change): {e}")
+                }
+            }
+        }
+        worked
     }
 }
 
@@ -724,6 +744,7 @@ impl Store {
         let slot = Arc::new(Slot {
             writer: Arc::new(Mutex::new(())),
             maintenance: Arc::default(),
+            again: AtomicBool::new(false),
             commit: Arc::default(),
             state: Arc::new(Mutex::new(a)),
             engine_bound,
@@ -894,6 +915,11 @@ impl Store {
         self.run_to_end(async move {
             let _writer = slot.writer.lock().await;
             slot.flush(&catalog).await;
+            // Under the commit lock, as a group of appends and a
+            // maintenance commit are: a rewrite that raced a delete made
+            // one of the two fail, the delete with a conflict, the rewrite
+            // with its manifests left behind.
+            let _commit = slot.commit.lock().await;
             let shared = catalog.redb().is_none();
             let mut lost = 0;
             let committed = loop {

@@ -52,10 +52,6 @@ const TIER: u64 = 4;
 pub(crate) const KEEP_SNAPSHOTS: usize = 16;
 /// Snapshots that trigger an expiry.
 pub(crate) const EXPIRE_AT: usize = 2 * KEEP_SNAPSHOTS;
-/// Passes of [`maintain`] one task runs at most: each pass takes what the
-/// appends committed during the one before, so this bounds a task under an
-/// endless stream of appends (a later change starts a new one).
-pub(crate) const PASSES: usize = 8;
 
 /// The data files a table's current snapshot holds (from its summary).
 pub(crate) fn data_files(metadata: &TableMetadata) -> u64 {
