@@ -367,8 +367,26 @@ impl RedbCatalog {
         storage::sync_new_names(written.iter().map(String::as_str).chain([next.as_str()])).await?;
         storage::settle().await?;
         let blob_end = blob_end_of(table.metadata()).zip(blob_end_of(&built));
-        self.swap(table.identifier(), old, (&next, built), blob_end)
-            .await
+        let committed = self
+            .swap(table.identifier(), old, (&next, built), blob_end)
+            .await;
+        if matches!(&committed, Err(e) if refused(e)) {
+            // The pointer did not move, so nothing names these files.
+            self.forget(written.iter());
+            let unnamed: Vec<PathBuf> = written
+                .iter()
+                .chain([&next])
+                .map(|p| local_path(p))
+                .collect();
+            let _ = blocking(move || {
+                for p in unnamed {
+                    let _ = std::fs::remove_file(p);
+                }
+                Ok(())
+            })
+            .await;
+        }
+        committed
     }
 
     /// Moves a table's pointer from `old` to `new` (whose file holds
@@ -518,6 +536,17 @@ fn pointer(db: &Database, key: &str) -> Result<Option<String>> {
         .get(key)
         .map_err(db_err)?
         .map(|v| v.value().to_string()))
+}
+
+/// Whether a failed [`RedbCatalog::swap`] certainly left the pointer where
+/// it was: it lost the compare-and-swap, found no table, or refused to move
+/// the blob end back. A failure of redb's own commit may have happened
+/// after the new pointer reached the disk, so it is not one of these.
+fn refused(e: &Error) -> bool {
+    matches!(
+        e.kind(),
+        ErrorKind::CatalogCommitConflicts | ErrorKind::TableNotFound | ErrorKind::DataInvalid
+    )
 }
 
 async fn blocking<T: Send + 'static>(f: impl FnOnce() -> Result<T> + Send + 'static) -> Result<T> {

@@ -489,6 +489,52 @@ mod tests {
         assert_eq!(rows, 6);
     }
 
+    /// A commit that loses the pointer's compare-and-swap leaves nothing
+    /// behind: its manifest, its manifest list and its metadata file are
+    /// removed again. (An append then tries again on the winner's snapshot.)
+    #[tokio::test]
+    async fn a_commit_that_loses_the_swap_leaves_no_files() {
+        let tmp = tempfile::tempdir().unwrap();
+        let (c, ns) = tables::test_catalog(tmp.path()).await;
+        let ident = create(&c, &ns, "t").await;
+        let stale = c.load_table(&ident).await.unwrap();
+        for n in [1, 2] {
+            let files = tables::write_data_file(&stale, batch(&[n])).await.unwrap();
+            c.append(&stale, files, HashMap::new()).await.unwrap();
+        }
+        let table = c.load_table(&ident).await.unwrap();
+        let md = table.metadata();
+        assert_eq!(
+            md.snapshots().count(),
+            2,
+            "the second append went on the first"
+        );
+        let name = |p: &str| p.rsplit('/').next().unwrap().to_string();
+        let mut named: std::collections::HashSet<String> = md
+            .metadata_log()
+            .iter()
+            .map(|m| name(&m.metadata_file))
+            .chain(table.metadata_location().map(name))
+            .collect();
+        for snap in md.snapshots() {
+            named.insert(name(snap.manifest_list()));
+            for m in c.manifest_list(md, snap).await.unwrap().iter() {
+                named.insert(name(&m.manifest_path));
+            }
+        }
+        let dir = crate::catalog::local_path(md.location()).join("metadata");
+        for e in std::fs::read_dir(dir).unwrap() {
+            let file = e.unwrap().file_name().to_string_lossy().into_owned();
+            // The layout for path-based readers: the hint and a link per
+            // metadata version (`v1.metadata.json`).
+            let layout = file == "version-hint.text" || file.starts_with('v');
+            assert!(
+                layout || named.contains(&file),
+                "{file} is named by nothing"
+            );
+        }
+    }
+
     /// The manifests the catalog encodes itself against iceberg-rust's own
     /// writer, for the same entries (added and existing, data files with
     /// statistics and bounds): the same header, the same entry in the
