@@ -916,9 +916,8 @@ impl Store {
             let _writer = slot.writer.lock().await;
             slot.flush(&catalog).await;
             // Under the commit lock, as a group of appends and a
-            // maintenance commit are: a rewrite that raced a delete made
-            // one of the two fail, the delete with a conflict, the rewrite
-            // with its manifests left behind.
+            // maintenance commit are: a rewrite or an expiry that raced a
+            // delete lost the pointer's swap to it and failed.
             let _commit = slot.commit.lock().await;
             let shared = catalog.redb().is_none();
             let mut lost = 0;
