@@ -378,13 +378,7 @@ impl RedbCatalog {
                 .chain([&next])
                 .map(|p| local_path(p))
                 .collect();
-            let _ = blocking(move || {
-                for p in unnamed {
-                    let _ = std::fs::remove_file(p);
-                }
-                Ok(())
-            })
-            .await;
+            let _ = storage::remove(unnamed).await;
         }
         committed
     }

@@ -112,7 +112,7 @@ pub(crate) async fn maintain(
             .await;
             if let Err(e) = committed {
                 // Nothing names the merged files: they would only take space.
-                let _ = remove(written).await;
+                let _ = storage::remove(written).await;
                 return Err(e);
             }
             done = true;
@@ -127,7 +127,7 @@ pub(crate) async fn maintain(
                 Ok(storage::deferring(c.commit_expiry(&current, expiry)).await?)
             })
             .await?;
-            remove(garbage).await?;
+            storage::remove(garbage).await?;
             done = true;
         }
     }
@@ -289,7 +289,7 @@ impl RedbCatalog {
     pub async fn expire_snapshots(&self, ident: &TableIdent, keep: usize) -> iceberg::Result<()> {
         let table = self.load_table(ident).await?;
         match self.plan_expiry(&table, keep).await? {
-            Some(expiry) => remove(self.commit_expiry(&table, expiry).await?).await,
+            Some(expiry) => storage::remove(self.commit_expiry(&table, expiry).await?).await,
             None => Ok(()),
         }
     }
@@ -449,28 +449,6 @@ pub(crate) struct Expiry {
 struct Reach {
     lists: HashSet<String>,
     manifests: HashMap<String, ManifestFile>,
-}
-
-/// Deletes what an expiry left behind. Only after its swap: until then the
-/// old snapshots may still be read. A file a crash leaves behind costs
-/// space, never correctness.
-async fn remove(paths: Vec<PathBuf>) -> iceberg::Result<()> {
-    tokio::task::spawn_blocking(move || {
-        for p in paths {
-            match std::fs::remove_file(&p) {
-                Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
-                    return Err(Error::new(
-                        ErrorKind::Unexpected,
-                        format!("removing {}: {e}", p.display()),
-                    ))
-                }
-                _ => {}
-            }
-        }
-        Ok(())
-    })
-    .await
-    .map_err(|e| Error::new(ErrorKind::Unexpected, format!("expiry task failed: {e}")))?
 }
 
 /// `e` as an existing entry, with what it inherits from its manifest filled in.

@@ -85,6 +85,32 @@ pub(crate) async fn start_sync(sync: impl FnOnce() -> Result<()> + Send + 'stati
         .map_err(|e| Error::new(ErrorKind::Unexpected, format!("sync task failed: {e}")))?
 }
 
+/// Removes the files at `paths` that are there, on the blocking pool: what
+/// only the snapshots an expiry dropped reached, or what a change wrote that
+/// nothing names (a failed commit's). Only once no pointer names them: until
+/// its swap, an expiry's old snapshots may still be read. A file a crash
+/// leaves behind costs space, never correctness.
+pub(crate) async fn remove(paths: Vec<PathBuf>) -> Result<()> {
+    tokio::task::spawn_blocking(move || {
+        for p in paths {
+            match fs::remove_file(&p) {
+                Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                    return Err(io_error("removing", &p)(e));
+                }
+                _ => {}
+            }
+        }
+        Ok(())
+    })
+    .await
+    .map_err(|e| {
+        Error::new(
+            ErrorKind::Unexpected,
+            format!("removing files: task failed: {e}"),
+        )
+    })?
+}
+
 /// Local storage whose writes are durable once they return (see the module
 /// doc); the names they add need their directory synced.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
