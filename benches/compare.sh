@@ -500,7 +500,7 @@ for r in json.load(open(sys.argv[1]))["results"]:
     fi
 }
 
-# A python with pyarrow (benches/get_paths.py reads the archive's lookup),
+# A python with pyarrow (benches/get_paths.py reads the archive's index),
 # in a virtualenv under $BENCH_DIR made on first use.
 bench_python() {
     local py=$BENCH_DIR/venv/bin/python

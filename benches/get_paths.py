@@ -9,7 +9,7 @@ more than on where in the archive it is. This prints N regular files at
 evenly spaced quantiles of that depth, shallowest first, one per line: the
 depth in bytes (summed over the file's slices: the offset of its end inside
 each decoded blob, or the slice's own size where the blob is stored raw),
-a tab, the path. Reads the archive's lookup with examples/read_index.py
+a tab, the path. Reads the archive's data sub-index with examples/read_index.py
 (needs pyarrow).
 """
 
@@ -25,7 +25,7 @@ REGULAR = 0o100000
 
 
 def main(archive, n):
-    rows = read_index.read_section(archive, read_index.LOOKUP).to_pylist()
+    rows = read_index.read_section(archive, read_index.DATA).to_pylist()
     depth = defaultdict(int)
     for r in rows:
         mode = r["mode"]

@@ -4,7 +4,8 @@
     python examples/read_index.py ARCHIVE [PATH]
 
 Prints the manifest (one row per section). With PATH, asks DuckDB for that
-file's lookup rows (its slices) and, if the archive has metadata, its meta rows.
+file's rows of the data sub-index (its slices: where each piece's bytes are, and
+their BLAKE3) and, if the archive has metadata, its meta rows.
 
 The container (docs/format.md) ends with a 16-byte footer: b"ZNPYMIDX" and the
 manifest's offset as a little-endian u64. The manifest, which runs from that
@@ -21,13 +22,17 @@ import pyarrow.ipc
 
 FOOTER_MAGIC = b"ZNPYMIDX"
 FOOTER_LEN = 16
+DATA = "files"  # the data sub-index: every slice row, in chunk_seq order
 LOOKUP = "__znippy_lookup__"
 META = "__znippy_meta__"
 TRIE = "__znippy_trie__"  # fst bytes, not Arrow
 # Version 2 archives may hold links and directories: file-type bits in `mode`
 # (docs/format.md, 5.3). Version 3 compresses the lookup's buffers (Arrow IPC
-# body compression, which pyarrow inflates by itself). All read the same way here.
-SUPPORTED_MAJOR = 3
+# body compression, which pyarrow inflates by itself). Version 4 keeps the blob
+# columns and checksums in the data sub-index only: its lookup holds
+# relative_path, chunk_seq, fdata_offset, uncompressed_size and mode. The data
+# sub-index reads the same way in all four.
+SUPPORTED_MAJOR = 4
 META_TYPES = {0: "str", 1: "i64", 2: "f64", 3: "bool", 4: "bytes"}
 
 
@@ -85,16 +90,17 @@ def read_section(path, name, manifest=None):
     return None if data is None else _read_ipc(data)
 
 
-def query_lookup(lookup, relative_path):
-    """The lookup rows (slices) of one file, via DuckDB over the pyarrow table."""
+def query_slices(files, relative_path):
+    """The rows (slices) of one file in the data sub-index, via DuckDB over the
+    pyarrow table, in file order."""
     import duckdb  # only needed for queries
 
     con = duckdb.connect()  # in-memory; querying Arrow needs no extension
-    con.register("lookup", lookup)
+    con.register("files", files)
     return con.execute(
         "SELECT relative_path, chunk_seq, fdata_offset, uncompressed_size,"
         " blob_offset, blob_size, blob_inner_offset, compressed, checksum, mode"
-        " FROM lookup WHERE relative_path = ? ORDER BY fdata_offset",
+        " FROM files WHERE relative_path = ? ORDER BY fdata_offset",
         [relative_path],
     ).fetchall()
 
@@ -128,14 +134,14 @@ def main(argv):
         print(f"{r['pkg_type']:>8} {r['module_name']:<20} {r['index_offset']:>12}"
               f" {r['index_len']:>10} {r['row_count']:>8}  {r['blake3'].hex()}")
 
-    lookup = read_section(archive, LOOKUP, manifest)
+    files = read_section(archive, DATA, manifest)
     meta = read_section(archive, META, manifest)
-    print(f"lookup: {lookup.num_rows} rows; meta: "
+    print(f"data: {files.num_rows} rows; meta: "
           + ("none" if meta is None else f"{meta.num_rows} rows"))
 
     if len(argv) == 3:
         path = argv[2]
-        rows = query_lookup(lookup, path)
+        rows = query_slices(files, path)
         if not rows:
             print(f"{path}: not in the archive")
             return 1

@@ -79,60 +79,81 @@ def lookup(archive):
 
 
 @pytest.fixture(scope="module")
+def data(archive):
+    return ri.read_section(archive, ri.DATA)
+
+
+@pytest.fixture(scope="module")
 def meta(archive):
     table = ri.read_section(archive, ri.META)
     assert table is not None, "archive written with --meta has no meta section"
     return table
 
 
-def test_lookup_rows_match_files(lookup, tree):
+def test_data_rows_match_files(data, tree):
     _, files = tree
-    rows = lookup.to_pylist()
+    rows = data.to_pylist()
     assert {r["relative_path"] for r in rows} == set(files)
+    # In chunk_seq order, numbered from 0, a file's slices one after another.
+    assert [r["chunk_seq"] for r in rows] == list(range(len(rows)))
+    paths = [r["relative_path"] for r in rows]
+    runs = [p for i, p in enumerate(paths) if i == 0 or paths[i - 1] != p]
+    assert len(runs) == len(set(runs))
 
-    # Sorted by (relative_path in byte order, fdata_offset).
-    keys = [(r["relative_path"].encode(), r["fdata_offset"]) for r in rows]
-    assert keys == sorted(keys)
-
-    for rel, data in files.items():
+    for rel, content in files.items():
         slices = [r for r in rows if r["relative_path"] == rel]
         # Slices tile the file: contiguous from 0, sizes sum to its length.
         offset = 0
         for r in slices:
             assert r["fdata_offset"] == offset
             offset += r["uncompressed_size"]
-            piece = data[r["fdata_offset"]:offset]
+            piece = content[r["fdata_offset"]:offset]
             assert len(r["checksum"]) == 32
             assert r["checksum"] == blake3.blake3(piece).digest(), rel
-        assert offset == len(data), rel
+        assert offset == len(content), rel
     assert len([r for r in rows if r["relative_path"] == "empty"]) == 1
 
 
-def test_data_index_holds_the_same_rows(archive, lookup):
-    files = ri.read_section(archive, "files")
-    base = lookup.column_names
-    assert files.column_names[: len(base)] == base
-    by_seq = lambda t: sorted(t.select(base).to_pylist(), key=lambda r: r["chunk_seq"])
-    assert by_seq(files) == by_seq(lookup)
+def test_lookup_is_the_data_rows_sorted_by_path(data, lookup):
+    # The lookup keeps the columns a listing needs, and chunk_seq, which is
+    # the row of the data sub-index that holds the rest.
+    cols = ["relative_path", "chunk_seq", "fdata_offset", "uncompressed_size", "mode"]
+    assert lookup.column_names == cols
+    rows = lookup.to_pylist()
+    keys = [(r["relative_path"].encode(), r["fdata_offset"]) for r in rows]
+    assert keys == sorted(keys), "sorted by (relative_path in byte order, fdata_offset)"
+    by_row = data.select(cols).to_pylist()
+    assert [by_row[r["chunk_seq"]] for r in rows] == rows
 
 
-def test_duckdb_query_large_file(lookup, tree):
+def test_duckdb_joins_the_lookup_to_the_data_rows(data, lookup, tree):
     _, files = tree
     con = duckdb.connect()
     con.register("lookup", lookup)
-    count, total, chunks = con.execute(
-        "SELECT count(*), sum(uncompressed_size), count(DISTINCT chunk_seq)"
-        " FROM lookup WHERE relative_path = ?",
+    con.register("files", data)
+    # A listing from the lookup alone: sizes add up to the files'.
+    sizes = dict(con.execute(
+        "SELECT relative_path, sum(uncompressed_size) FROM lookup GROUP BY relative_path"
+    ).fetchall())
+    assert sizes == {p: len(b) for p, b in files.items()}
+    # Where a file's bytes are: the lookup's chunk_seq names its data rows.
+    count, total = con.execute(
+        "SELECT count(*), sum(f.blob_size) FROM lookup l"
+        " JOIN files f ON f.chunk_seq = l.chunk_seq AND f.relative_path = l.relative_path"
+        " WHERE l.relative_path = ?",
         [LARGE],
     ).fetchone()
     chunk = 2 * 1024 * 1024  # the default chunk_size
-    assert count == chunks == -(-len(files[LARGE]) // chunk) > 1
-    assert total == len(files[LARGE])
+    assert count == -(-len(files[LARGE]) // chunk) > 1
+    assert total == len(files[LARGE]), "random bytes are stored raw"
     # The example's helper gives the same rows, in file order.
-    rows = ri.query_lookup(lookup, LARGE)
+    rows = ri.query_slices(data, LARGE)
     assert [r[2] for r in rows] == [i * chunk for i in range(count)]
+    # Every slice's BLAKE3 is the hash of that piece of the file.
+    for (_, _, off, size, *_rest, checksum, _mode) in rows:
+        assert bytes(checksum) == blake3.blake3(files[LARGE][off:off + size]).digest()
     # Non-ASCII paths round-trip through Arrow and DuckDB unchanged.
-    assert len(ri.query_lookup(lookup, UNICODE)) == 1
+    assert len(ri.query_slices(data, UNICODE)) == 1
 
 
 def test_meta_via_pyarrow(meta):

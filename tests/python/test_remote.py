@@ -4,7 +4,7 @@ read in place by range requests: a static file server with ranges and ETags
 and SeaweedFS's S3 API.
 
 What is counted is counted at the server: a cold one-file `get` is three
-requests (the last 256 KiB, one lookup batch, the blob), a second one through
+requests (the last 256 KiB, one batch of the data index, the blob), a second one through
 the index cache is one (the blob), and `list --prefix` asks only for bytes of
 the index. Hostile servers (a range ignored, a short body, a body that goes
 on past its range, the object
@@ -34,8 +34,8 @@ PIECE = 2 * 1024 * 1024
 
 
 def tree(seed, n=12000):
-    """Many small text files, so that the lookup (12 batches) does not fit in
-    the first request's window; one file of three pieces."""
+    """Many small text files, so that the data index (47 batches) does not
+    fit in the first request's window; one file of three pieces."""
     rng = random.Random(seed)
     files = {f"src/m{i // 100:03}/f{i:05}.txt":
              (f"file {i} of seed {seed}\n" * rng.randrange(1, 60)).encode() for i in range(n)}
@@ -108,7 +108,7 @@ def test_one_file_in_three_requests_then_one_through_the_cache(served, cache_env
     assert znippy("get", url, path, env=cache_env).stdout == files[path]
     assert len(b.requests) == 1, b.requests
     b.reset()
-    # Its neighbour is in the same cached lookup batch.
+    # Its neighbour is in the same cached batch of the data index.
     assert znippy("get", url, "src/m007/f00713.txt", env=cache_env).stdout \
         == files["src/m007/f00713.txt"]
     assert len(b.requests) == 1, b.requests

@@ -7,6 +7,7 @@
 //! reads only the footer and the batch that holds it.
 
 use std::collections::HashMap;
+use std::sync::OnceLock;
 
 use arrow_array::RecordBatch;
 use arrow_buffer::Buffer;
@@ -255,6 +256,78 @@ impl IpcSection {
             )));
         }
         Ok(decoded)
+    }
+}
+
+/// A section read one batch at a time: its footer read on first use, and each
+/// batch decoded once, into a `B`, and kept.
+#[derive(Debug)]
+pub(crate) struct Batches<B> {
+    name: &'static str,
+    offset: u64,
+    len: u64,
+    rows: u64,
+    schema: SchemaRef,
+    opened: OnceLock<(IpcSection, Vec<OnceLock<B>>)>,
+}
+
+impl<B> Batches<B> {
+    /// The section at `offset..+len` holding `rows` rows of `schema`, not read yet.
+    pub(crate) fn new(
+        name: &'static str,
+        offset: u64,
+        len: u64,
+        rows: u64,
+        schema: SchemaRef,
+    ) -> Self {
+        Batches {
+            name,
+            offset,
+            len,
+            rows,
+            schema,
+            opened: OnceLock::new(),
+        }
+    }
+
+    /// Reads and checks the section's footer, once.
+    pub(crate) fn open(&self, src: &dyn ReadAt) -> Result<&(IpcSection, Vec<OnceLock<B>>)> {
+        if let Some(o) = self.opened.get() {
+            return Ok(o);
+        }
+        let sec = IpcSection::open(
+            src,
+            self.name,
+            self.offset,
+            self.len,
+            Some(self.rows),
+            self.schema.clone(),
+            Decoded::BaseRows,
+        )?;
+        let cells = (0..sec.num_batches()).map(|_| OnceLock::new()).collect();
+        Ok(self.opened.get_or_init(|| (sec, cells)))
+    }
+
+    /// The batch holding row `row`, decoded by `decode` on first use, and the
+    /// row's index in it.
+    pub(crate) fn row(
+        &self,
+        src: &dyn ReadAt,
+        row: u64,
+        decode: impl FnOnce(&RecordBatch) -> Result<B>,
+    ) -> Result<(&B, usize)> {
+        let (sec, cells) = self.open(src)?;
+        let n = sec.batch_rows();
+        let i = (row / n) as usize;
+        let cell = cells
+            .get(i)
+            .ok_or_else(|| Error::corrupt(format!("{} has no row {row}", self.name)))?;
+        let at = (row % n) as usize;
+        if let Some(b) = cell.get() {
+            return Ok((b, at));
+        }
+        let batch = decode(&sec.batch(src, i)?)?;
+        Ok((cell.get_or_init(|| batch), at))
     }
 }
 

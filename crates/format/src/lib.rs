@@ -4,16 +4,20 @@
 //! does not pay) followed by a *tail* of index sections and a 16-byte footer:
 //!
 //! ```text
-//! [ blobs ][ pad ][ data index ][ lookup ][ trie ][ meta? ][ manifest ][ ZNPYMIDX u64 ]
+//! [ blobs ][ pad ][ lookup ][ data index ][ trie ][ meta? ][ manifest ][ ZNPYMIDX u64 ]
 //! ```
 //!
-//! * The **data index** lists every *slice* (a piece of a file inside a blob) in
-//!   write order; the **lookup** is the same rows sorted by path; the **trie** (an
-//!   `fst::Map`) maps each path to its first lookup row. Index sections are Arrow
-//!   IPC files, so pyarrow, Polars or DuckDB can read them by slicing the archive.
+//! * The **data index** lists every *slice* (a piece of a file inside a blob,
+//!   with its BLAKE3) in write order, row `i` being slice `i`; the **trie** (an
+//!   `fst::Map`) maps each path to its first data row; the **lookup** is the
+//!   slices sorted by path, with what a listing shows and their data row.
+//!   Index sections are Arrow IPC files, so pyarrow, Polars or DuckDB can read
+//!   them by slicing the archive.
 //! * A reader finds everything from the footer: one 16-byte read at the end, one
-//!   read of the manifest. Getting one file reads the trie, one lookup batch and
-//!   that file's blobs, whatever the size of the archive ([`Archive`]).
+//!   read of the manifest. Getting one file reads the trie, one batch of the
+//!   data index and that file's blobs, whatever the size of the archive
+//!   ([`Archive`]). Archives of format versions 1 to 3, whose lookup repeated
+//!   the data index's columns, read as before.
 //! * Writing goes through one [`Engine`] (slice, pack small files, hash, dedupe,
 //!   compress on a worker pool, write in order) and one tail writer
 //!   ([`write_tail`]), shared by [`compress`], [`append`] and the store's seal, so
@@ -110,8 +114,8 @@ pub use repack::{repack, RepackStats};
 pub use row::{check_file_rows, SliceRow};
 pub use scan::{scan_dir, Scan, ScanOptions, ScannedFile, Skipped};
 pub use schema::{
-    base_schema, manifest_schema, meta_schema, BATCH_ROWS, BATCH_ROWS_KEY, FORMAT_VERSION, LOOKUP,
-    LOOKUP_BATCH_ROWS, META, RESERVED, RESERVED_PKG_TYPE, TRIE, VERSION_KEY,
+    base_schema, lookup_schema, manifest_schema, meta_schema, BATCH_ROWS, BATCH_ROWS_KEY,
+    FORMAT_VERSION, LOOKUP, META, RESERVED, RESERVED_PKG_TYPE, SMALL_BATCH_ROWS, TRIE, VERSION_KEY,
 };
 pub use tail::{write_tail, Tail, TailInfo, ALIGN, FOOTER_LEN, MAGIC};
 pub use tar::{TarEntries, MAX_TAR_EXTENSION};

@@ -3,11 +3,16 @@
 //!
 //! | question            | reads                                             |
 //! |---------------------|---------------------------------------------------|
-//! | open                | footer, manifest, lookup footer                   |
+//! | open                | footer, manifest, data sub-index footer           |
 //! | `list` (names)      | + the trie                                        |
-//! | `get` one file      | + the trie, one lookup batch, that file's blobs   |
+//! | `get` one file      | + the trie, one data batch, that file's blobs     |
+//! | `list` with sizes   | + the lookup batches of the prefix                |
 //! | `metadata`          | + the meta section                                |
 //! | `verify`            | everything                                        |
+//!
+//! That is format version 4. Before it the lookup repeated every column of the
+//! data sub-index and the trie named lookup rows, so open read the lookup's
+//! footer and a `get` one lookup batch instead of a data batch.
 //!
 //! Nothing read from the archive is trusted: offsets and lengths are checked
 //! against the file and the archive properties before any buffer is sized by
@@ -17,18 +22,20 @@ use std::collections::HashMap;
 use std::io::Write;
 use std::sync::OnceLock;
 
+use arrow_array::RecordBatch;
+
 use crate::blobs::{BlobRegion, BlobScratch};
 use crate::error::{Error, Result};
 use crate::io::ReadAt;
-use crate::ipc::{read_at, Decoded, IpcSection};
+use crate::ipc::{read_at, Batches, Decoded, IpcSection};
 use crate::kind::Kind;
 use crate::manifest::{self, SectionEntry};
 use crate::meta::{MetaTable, Metadata};
 use crate::props::ArchiveProps;
-use crate::row::{check_file_rows, RowBatch, SliceRow};
+use crate::row::{check_file_rows, KeyBatch, RowBatch, SliceKey, SliceRow};
 use crate::schema::{
-    base_schema, check_version, meta_schema, DEFAULT_MODULE, DEFAULT_PKG_TYPE, DEFAULT_REPO,
-    LOOKUP, META, RESERVED_PKG_TYPE, TRIE,
+    base_schema, check_version, lookup_schema, meta_schema, DEFAULT_MODULE, DEFAULT_PKG_TYPE,
+    DEFAULT_REPO, LOOKUP, META, RESERVED_PKG_TYPE, TRIE,
 };
 use crate::tail::{write_tail_as, Tail, ALIGN, FOOTER_LEN, MAGIC};
 use crate::trie::Trie;
@@ -77,10 +84,42 @@ pub struct Archive<R> {
     blob_end: u64,
     manifest_offset: u64,
     sections: Vec<SectionEntry>,
-    lookup: IpcSection,
+    lookup: Batches<LookupBatch>,
     lookup_rows: u64,
-    lookup_batches: Vec<OnceLock<RowBatch>>,
+    /// From version 4, the one data sub-index, which a `get` reads a batch of.
+    data: Option<Batches<RowBatch>>,
     trie: OnceLock<(TrieState, Option<Trie>)>,
+}
+
+/// A decoded batch of the lookup: whole rows before version 4, then keys.
+#[derive(Debug)]
+enum LookupBatch {
+    Rows(Box<RowBatch>),
+    Keys(Box<KeyBatch>),
+}
+
+impl LookupBatch {
+    fn decode(version: u32, batch: &RecordBatch) -> Result<Self> {
+        if version >= 4 {
+            KeyBatch::new(batch).map(|b| LookupBatch::Keys(Box::new(b)))
+        } else {
+            RowBatch::new(batch).map(|b| LookupBatch::Rows(Box::new(b)))
+        }
+    }
+
+    fn path(&self, i: usize) -> &str {
+        match self {
+            LookupBatch::Rows(b) => b.path(i),
+            LookupBatch::Keys(b) => b.path(i),
+        }
+    }
+
+    fn key(&self, i: usize) -> SliceKey {
+        match self {
+            LookupBatch::Rows(b) => b.key(i),
+            LookupBatch::Keys(b) => b.key(i),
+        }
+    }
 }
 
 impl<R> std::fmt::Debug for Archive<R> {
@@ -95,7 +134,8 @@ impl<R> std::fmt::Debug for Archive<R> {
 }
 
 impl<R: ReadAt> Archive<R> {
-    /// Opens an archive: reads the footer, the manifest and the lookup's footer.
+    /// Opens an archive: reads the footer, the manifest and the footer of the
+    /// section a `get` reads a batch of.
     pub fn open(src: R) -> Result<Self> {
         let len = src
             .size()
@@ -159,16 +199,37 @@ impl<R: ReadAt> Archive<R> {
                 lookup_entry.row_count
             )));
         }
-        let lookup = IpcSection::open(
-            &src,
+        let lookup = Batches::new(
             "lookup",
             lookup_entry.index_offset,
             lookup_entry.index_len,
-            Some(lookup_entry.row_count),
-            base_schema(),
-            Decoded::BaseRows,
-        )?;
-        let lookup_batches = (0..lookup.num_batches()).map(|_| OnceLock::new()).collect();
+            lookup_entry.row_count,
+            if version >= 4 {
+                lookup_schema()
+            } else {
+                base_schema()
+            },
+        );
+        let data = if version >= 4 {
+            let mut all = sections.iter().filter(|s| !s.is_reserved());
+            let (Some(d), None) = (all.next(), all.next()) else {
+                return Err(Error::corrupt(
+                    "a version-4 archive has exactly one data sub-index",
+                ));
+            };
+            let data = Batches::new(
+                "data",
+                d.index_offset,
+                d.index_len,
+                d.row_count,
+                base_schema(),
+            );
+            data.open(&src)?;
+            Some(data)
+        } else {
+            lookup.open(&src)?;
+            None
+        };
         Ok(Archive {
             src,
             len,
@@ -179,7 +240,7 @@ impl<R: ReadAt> Archive<R> {
             lookup_rows: lookup_entry.row_count,
             sections,
             lookup,
-            lookup_batches,
+            data,
             trie: OnceLock::new(),
         })
     }
@@ -283,28 +344,54 @@ impl<R: ReadAt> Archive<R> {
         Ok(bytes)
     }
 
-    fn lookup_batch(&self, i: usize) -> Result<&RowBatch> {
-        let cell = self
-            .lookup_batches
-            .get(i)
-            .ok_or_else(|| Error::corrupt(format!("lookup has no batch {i}")))?;
-        if let Some(b) = cell.get() {
-            return Ok(b);
-        }
-        let batch = RowBatch::new(&self.lookup.batch(&self.src, i)?)?;
-        Ok(cell.get_or_init(|| batch))
+    fn lookup_at(&self, row: u64) -> Result<(&LookupBatch, usize)> {
+        let version = self.version;
+        self.lookup
+            .row(&self.src, row, |b| LookupBatch::decode(version, b))
     }
 
     fn lookup_path(&self, row: u64) -> Result<&str> {
-        let n = self.lookup.batch_rows();
-        let b = self.lookup_batch((row / n) as usize)?;
-        Ok(b.path((row % n) as usize))
+        let (b, i) = self.lookup_at(row)?;
+        Ok(b.path(i))
     }
 
+    /// Lookup row `row` made whole: before version 4 it is, from then its data
+    /// row, which must agree with it.
     fn lookup_row(&self, row: u64) -> Result<SliceRow> {
-        let n = self.lookup.batch_rows();
-        let b = self.lookup_batch((row / n) as usize)?;
-        Ok(b.row((row % n) as usize))
+        match self.lookup_at(row)? {
+            (LookupBatch::Rows(b), i) => Ok(b.row(i)),
+            (LookupBatch::Keys(b), i) => {
+                let (path, key) = (b.path(i), b.key(i));
+                let whole = self.data_row(key.chunk_seq)?;
+                let agree = whole.relative_path == path
+                    && whole.fdata_offset == key.fdata_offset
+                    && whole.uncompressed_size == key.uncompressed_size
+                    && whole.mode == key.mode;
+                if !agree {
+                    return Err(Error::corrupt(format!(
+                        "the lookup and the data sub-index disagree on {path}"
+                    )));
+                }
+                Ok(whole)
+            }
+        }
+    }
+
+    /// From version 4: data row `seq`, whose chunk_seq must be `seq`.
+    fn data_row(&self, seq: u64) -> Result<SliceRow> {
+        let data = self
+            .data
+            .as_ref()
+            .ok_or_else(|| Error::corrupt("no data sub-index"))?;
+        let (b, i) = data.row(&self.src, seq, RowBatch::new)?;
+        let row = b.row(i);
+        if row.chunk_seq != seq {
+            return Err(Error::corrupt(format!(
+                "data row {seq} has chunk_seq {}",
+                row.chunk_seq
+            )));
+        }
+        Ok(row)
     }
 
     /// First lookup row whose path is not less than `key` (binary search).
@@ -321,8 +408,21 @@ impl<R: ReadAt> Archive<R> {
         Ok(lo)
     }
 
+    /// The trie, when it names lookup rows (before version 4).
+    fn lookup_trie(&self) -> Option<&Trie> {
+        self.trie().1.as_ref().filter(|_| self.version < 4)
+    }
+
+    /// The trie, when it names data rows (from version 4).
+    fn data_trie(&self) -> Option<&Trie> {
+        self.trie().1.as_ref().filter(|_| self.version >= 4)
+    }
+
+    /// `path`'s first lookup row, through the trie that names lookup rows or by
+    /// binary search.
     fn first_row(&self, path: &str) -> Result<Option<u64>> {
-        let row = match &self.trie().1 {
+        let trie = self.lookup_trie();
+        let row = match trie {
             Some(t) => match t.get(path)? {
                 Some(r) => r,
                 None => return Ok(None),
@@ -330,13 +430,13 @@ impl<R: ReadAt> Archive<R> {
             None => self.partition(path)?,
         };
         if row >= self.lookup_rows {
-            return match self.trie().1 {
+            return match trie {
                 Some(_) => Err(Error::corrupt("trie points past the lookup")),
                 None => Ok(None),
             };
         }
         if self.lookup_path(row)? != path {
-            return match self.trie().1 {
+            return match trie {
                 Some(_) => Err(Error::corrupt(format!(
                     "trie and lookup disagree on {path}"
                 ))),
@@ -346,24 +446,55 @@ impl<R: ReadAt> Archive<R> {
         Ok(Some(row))
     }
 
+    /// From version 4: `path`'s rows, consecutive in the data sub-index from
+    /// row `seq`, where the trie says the first is.
+    fn data_run(&self, path: &str, seq: u64) -> Result<Vec<SliceRow>> {
+        let mut rows = Vec::new();
+        let mut s = seq;
+        while s < self.lookup_rows {
+            let row = self.data_row(s)?;
+            if row.relative_path != path {
+                break;
+            }
+            rows.push(row);
+            s += 1;
+        }
+        if rows.is_empty() {
+            return Err(Error::corrupt(format!(
+                "trie and data sub-index disagree on {path}"
+            )));
+        }
+        Ok(rows)
+    }
+
     /// The slice rows of `path`, in file order, or [`Error::NotFound`].
     pub fn slices(&self, path: &str) -> Result<Vec<SliceRow>> {
-        let first = self
-            .first_row(path)?
-            .ok_or_else(|| Error::NotFound(path.to_string()))?;
-        let mut rows = Vec::new();
-        let mut r = first;
-        while r < self.lookup_rows && self.lookup_path(r)? == path {
-            rows.push(self.lookup_row(r)?);
-            r += 1;
-        }
+        let not_found = || Error::NotFound(path.to_string());
+        let rows = match self.data_trie() {
+            Some(t) => self.data_run(path, t.get(path)?.ok_or_else(not_found)?)?,
+            None => {
+                let mut r = self.first_row(path)?.ok_or_else(not_found)?;
+                let mut rows = Vec::new();
+                while r < self.lookup_rows && self.lookup_path(r)? == path {
+                    rows.push(self.lookup_row(r)?);
+                    r += 1;
+                }
+                rows
+            }
+        };
         check_file_rows(path, &rows)?;
         Ok(rows)
     }
 
     /// Whether `path` is in the archive.
     pub fn contains(&self, path: &str) -> Result<bool> {
-        Ok(self.first_row(path)?.is_some())
+        match self.data_trie() {
+            Some(t) => match t.get(path)? {
+                Some(seq) => self.data_run(path, seq).map(|_| true),
+                None => Ok(false),
+            },
+            None => Ok(self.first_row(path)?.is_some()),
+        }
     }
 
     /// Writes the bytes of `path` to `out`, verified; returns the byte count.
@@ -391,48 +522,38 @@ impl<R: ReadAt> Archive<R> {
     /// Paths starting with `prefix`, in byte order. Reads only the trie when there
     /// is one.
     pub fn list(&self, prefix: &str) -> Result<Vec<String>> {
-        Ok(self.firsts(prefix)?.into_iter().map(|(p, _)| p).collect())
+        match &self.trie().1 {
+            Some(t) => Ok(t.prefix(prefix)?.into_iter().map(|(p, _)| p).collect()),
+            None => Ok(self.entries(prefix)?.into_iter().map(|e| e.path).collect()),
+        }
     }
 
-    fn firsts(&self, prefix: &str) -> Result<Vec<(String, u64)>> {
-        if let Some(t) = &self.trie().1 {
-            return t.prefix(prefix);
-        }
-        let mut out: Vec<(String, u64)> = Vec::new();
+    /// Entries (path, size, mode) whose paths start with `prefix`, in byte
+    /// order. Reads the lookup's batches from the first such path on.
+    pub fn entries(&self, prefix: &str) -> Result<Vec<Entry>> {
+        let mut out: Vec<Entry> = Vec::new();
         let mut r = self.partition(prefix)?;
         while r < self.lookup_rows {
-            let p = self.lookup_path(r)?;
-            if !p.starts_with(prefix) {
+            let (b, i) = self.lookup_at(r)?;
+            let path = b.path(i);
+            if !path.starts_with(prefix) {
                 break;
             }
-            if out.last().is_none_or(|(last, _)| last != p) {
-                out.push((p.to_string(), r));
+            let key = b.key(i);
+            match out.last_mut() {
+                Some(e) if e.path == path => {
+                    e.size = e.size.saturating_add(key.uncompressed_size);
+                    e.mode = key.mode;
+                    e.slices += 1;
+                }
+                _ => out.push(Entry {
+                    path: path.to_string(),
+                    size: key.uncompressed_size,
+                    mode: key.mode,
+                    slices: 1,
+                }),
             }
             r += 1;
-        }
-        Ok(out)
-    }
-
-    /// Entries (path, size, mode) whose paths start with `prefix`, in byte order.
-    pub fn entries(&self, prefix: &str) -> Result<Vec<Entry>> {
-        let firsts = self.firsts(prefix)?;
-        let mut out = Vec::with_capacity(firsts.len());
-        for (path, first) in firsts {
-            let mut e = Entry {
-                path,
-                size: 0,
-                mode: None,
-                slices: 0,
-            };
-            let mut r = first;
-            while r < self.lookup_rows && self.lookup_path(r)? == e.path {
-                let row = self.lookup_row(r)?;
-                e.size = e.size.saturating_add(row.uncompressed_size);
-                e.mode = row.mode;
-                e.slices += 1;
-                r += 1;
-            }
-            out.push(e);
         }
         Ok(out)
     }
@@ -535,11 +656,13 @@ impl<R: ReadAt> Archive<R> {
             .iter()
             .map(|s| (s.pkg_type, s.repo.as_str(), s.module_name.as_str()));
         let data = (DEFAULT_PKG_TYPE, DEFAULT_REPO, DEFAULT_MODULE);
-        let fixed = [
-            data,
-            (RESERVED_PKG_TYPE, "", LOOKUP),
-            (RESERVED_PKG_TYPE, "", TRIE),
-        ];
+        let lookup = (RESERVED_PKG_TYPE, "", LOOKUP);
+        let (first, second) = if self.version >= 4 {
+            (lookup, data)
+        } else {
+            (data, lookup)
+        };
+        let fixed = [first, second, (RESERVED_PKG_TYPE, "", TRIE)];
         fixed.iter().all(|f| names.next() == Some(*f))
             && match names.next() {
                 None => true,

@@ -12,7 +12,7 @@ use arrow_array::{
 };
 
 use crate::error::{Error, Result};
-use crate::schema::base_schema;
+use crate::schema::{base_schema, lookup_schema};
 
 /// One slice of one file: the bytes `fdata_offset..+uncompressed_size` of
 /// `relative_path`, found at `blob_inner_offset` inside the decoded blob at
@@ -85,6 +85,94 @@ pub(crate) fn to_batch<'a>(
         .map_err(|e| Error::corrupt(format!("index batch: {e}")))
 }
 
+/// Builds one record batch of the version-4 lookup's columns
+/// ([`lookup_schema`]) from `rows`, in the given order.
+pub(crate) fn to_lookup_batch<'a>(
+    rows: impl ExactSizeIterator<Item = &'a SliceRow>,
+) -> Result<RecordBatch> {
+    let n = rows.len();
+    let mut path = StringBuilder::with_capacity(n, n * 32);
+    let mut seq = UInt64Builder::with_capacity(n);
+    let mut fdata = UInt64Builder::with_capacity(n);
+    let mut size = UInt64Builder::with_capacity(n);
+    let mut mode = UInt32Builder::with_capacity(n);
+    for r in rows {
+        path.append_value(&r.relative_path);
+        seq.append_value(r.chunk_seq);
+        fdata.append_value(r.fdata_offset);
+        size.append_value(r.uncompressed_size);
+        mode.append_option(r.mode);
+    }
+    let cols: Vec<ArrayRef> = vec![
+        Arc::new(path.finish()),
+        Arc::new(seq.finish()),
+        Arc::new(fdata.finish()),
+        Arc::new(size.finish()),
+        Arc::new(mode.finish()),
+    ];
+    RecordBatch::try_new(lookup_schema(), cols)
+        .map_err(|e| Error::corrupt(format!("lookup batch: {e}")))
+}
+
+/// What the lookup says of one slice: enough to list it, and the data row
+/// (its `chunk_seq`) that holds the rest.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct SliceKey {
+    pub(crate) chunk_seq: u64,
+    pub(crate) fdata_offset: u64,
+    pub(crate) uncompressed_size: u64,
+    pub(crate) mode: Option<u32>,
+}
+
+/// Typed, zero-copy access to a decoded batch of the version-4 lookup.
+#[derive(Debug, Clone)]
+pub(crate) struct KeyBatch {
+    path: StringArray,
+    seq: PrimitiveArray<UInt64Type>,
+    fdata: PrimitiveArray<UInt64Type>,
+    size: PrimitiveArray<UInt64Type>,
+    mode: PrimitiveArray<UInt32Type>,
+}
+
+impl KeyBatch {
+    pub(crate) fn new(batch: &RecordBatch) -> Result<Self> {
+        let col = |i: usize| batch.column(i).as_ref();
+        let bad = |name: &str| Error::corrupt(format!("lookup column {name} has the wrong type"));
+        let u64s = |i: usize, name: &str| {
+            col(i)
+                .as_primitive_opt::<UInt64Type>()
+                .cloned()
+                .ok_or_else(|| bad(name))
+        };
+        Ok(KeyBatch {
+            path: col(0)
+                .as_string_opt::<i32>()
+                .cloned()
+                .ok_or_else(|| bad("relative_path"))?,
+            seq: u64s(1, "chunk_seq")?,
+            fdata: u64s(2, "fdata_offset")?,
+            size: u64s(3, "uncompressed_size")?,
+            mode: col(4)
+                .as_primitive_opt::<UInt32Type>()
+                .cloned()
+                .ok_or_else(|| bad("mode"))?,
+        })
+    }
+
+    pub(crate) fn path(&self, i: usize) -> &str {
+        self.path.value(i)
+    }
+
+    pub(crate) fn key(&self, i: usize) -> SliceKey {
+        SliceKey {
+            chunk_seq: self.seq.value(i),
+            fdata_offset: self.fdata.value(i),
+            uncompressed_size: self.size.value(i),
+            mode: self.mode.is_valid(i).then(|| self.mode.value(i)),
+        }
+    }
+}
+
 /// Typed, zero-copy access to a decoded batch of base columns.
 #[derive(Debug, Clone)]
 pub(crate) struct RowBatch {
@@ -144,6 +232,15 @@ impl RowBatch {
 
     pub(crate) fn path(&self, i: usize) -> &str {
         self.path.value(i)
+    }
+
+    pub(crate) fn key(&self, i: usize) -> SliceKey {
+        SliceKey {
+            chunk_seq: self.seq.value(i),
+            fdata_offset: self.fdata.value(i),
+            uncompressed_size: self.size.value(i),
+            mode: self.mode.is_valid(i).then(|| self.mode.value(i)),
+        }
     }
 
     pub(crate) fn row(&self, i: usize) -> SliceRow {

@@ -10,8 +10,10 @@ use crate::error::{Error, Result};
 /// The format version this crate writes, and the newest it reads. Version 1
 /// holds regular files; version 2 adds links and directories (`kind.rs`);
 /// version 3 compresses the lookup's buffers. Older archives are read, and
-/// verified against a tail rebuilt in their own version.
-pub const FORMAT_VERSION: u32 = 3;
+/// verified against a tail rebuilt in their own version. Version 4 keeps the
+/// row's blob columns and checksum in the data sub-index only: the trie points
+/// a path at its first data row, and the lookup keeps what a listing shows.
+pub const FORMAT_VERSION: u32 = 4;
 /// Schema-metadata key carrying the format version in every Arrow section.
 pub const VERSION_KEY: &str = "znippy_format_version";
 /// Most rows in one Arrow record batch of any section (docs/format.md, section 4).
@@ -19,11 +21,12 @@ pub const BATCH_ROWS: usize = 65_536;
 /// Schema-metadata key giving a section's batch size: all its batches but the
 /// last hold exactly that many rows, so row `r` lives in batch `r / batch_rows`.
 pub const BATCH_ROWS_KEY: &str = "znippy.batch_rows";
-/// Batch size of the lookup. A cold `get` inflates and decodes one lookup
-/// batch, so it is kept small: 256 rows cost 0.2% more archive than 1,024 on
-/// a tree of small files, and a quarter of the inflating (docs/benchmarks.md).
-/// The sections read whole (data, meta, manifest) use [`BATCH_ROWS`].
-pub const LOOKUP_BATCH_ROWS: usize = 256;
+/// Batch size of the sections a cold `get` decodes one batch of: the lookup
+/// from version 3, and from version 4 the data sub-index instead. 256 rows
+/// cost 0.2% more archive than 1,024 on a tree of small files, and a quarter
+/// of the inflating (docs/benchmarks.md). The sections read whole (meta,
+/// manifest, and the data sub-index before version 4) use [`BATCH_ROWS`].
+pub const SMALL_BATCH_ROWS: usize = 256;
 
 /// `pkg_type` of the manifest rows of reserved sections.
 pub const RESERVED_PKG_TYPE: i8 = -128;
@@ -63,6 +66,25 @@ pub fn base_schema() -> SchemaRef {
                 Field::new("blob_inner_offset", DataType::UInt64, false),
                 Field::new("compressed", DataType::Boolean, false),
                 Field::new("checksum", DataType::FixedSizeBinary(32), false),
+                Field::new("mode", DataType::UInt32, true),
+            ],
+            HashMap::new(),
+        ))
+    });
+    S.clone()
+}
+
+/// Columns of the lookup from version 4: the path, where its row is in the
+/// data sub-index, and what a listing shows. Before version 4 the lookup holds
+/// the [`base_schema`].
+pub fn lookup_schema() -> SchemaRef {
+    static S: LazyLock<SchemaRef> = LazyLock::new(|| {
+        Arc::new(with_version(
+            vec![
+                Field::new("relative_path", DataType::Utf8, false),
+                Field::new("chunk_seq", DataType::UInt64, false),
+                Field::new("fdata_offset", DataType::UInt64, false),
+                Field::new("uncompressed_size", DataType::UInt64, false),
                 Field::new("mode", DataType::UInt32, true),
             ],
             HashMap::new(),

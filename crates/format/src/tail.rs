@@ -17,7 +17,7 @@ use crate::path;
 use crate::props::ArchiveProps;
 use crate::row::{self, SliceRow};
 use crate::schema::{
-    self, base_schema, meta_schema, BATCH_ROWS, FORMAT_VERSION, LOOKUP_BATCH_ROWS,
+    self, base_schema, lookup_schema, meta_schema, BATCH_ROWS, FORMAT_VERSION, SMALL_BATCH_ROWS,
 };
 use crate::trie;
 
@@ -64,53 +64,81 @@ const LOOKUP_BATCH_ROWS_BEFORE_V3: usize = 1_024;
 /// Writes the tail as format `version` wrote it: `verify` rebuilds an older
 /// archive's tail this way. Versions 1 and 2 differ only in the links and
 /// directories they may hold, which the rows already say; before version 3 the
-/// lookup's buffers are plain, in batches of 1,024 rows.
+/// lookup's buffers are plain, in batches of 1,024 rows. Before version 4 the
+/// data sub-index comes first, in batches of 65,536 rows, the lookup repeats
+/// every base column, and the trie names lookup rows.
 pub(crate) fn write_tail_as(out: &mut dyn Write, tail: Tail<'_>, version: u32) -> Result<TailInfo> {
-    check_rows(&tail)?;
-    let (lookup_body, lookup_rows) = if version >= 3 {
-        (Body::Zstd, LOOKUP_BATCH_ROWS)
-    } else {
-        (Body::Plain, LOOKUP_BATCH_ROWS_BEFORE_V3)
-    };
+    check_rows(&tail, version)?;
     let mut w = Aligned {
         out,
         pos: tail.blob_end,
         hash: blake3::Hasher::new(),
     };
     let mut sections = Vec::new();
-
-    let data = ipc::encode(
-        &base_schema(),
-        &row::to_batch(tail.rows.iter())?,
-        Body::Zstd,
-        BATCH_ROWS,
-        version,
-    )?;
-    sections.push(w.section(
-        schema::DEFAULT_PKG_TYPE,
-        schema::DEFAULT_REPO,
-        schema::DEFAULT_MODULE,
-        &data,
-        tail.rows.len() as u64,
-    )?);
+    let rows = tail.rows.len() as u64;
 
     let mut sorted: Vec<&SliceRow> = tail.rows.iter().collect();
     sorted.sort_unstable_by(|a, b| {
         (a.relative_path.as_str(), a.fdata_offset).cmp(&(b.relative_path.as_str(), b.fdata_offset))
     });
-    let lookup = ipc::encode(
+    let data_rows = if version >= 4 {
+        SMALL_BATCH_ROWS
+    } else {
+        BATCH_ROWS
+    };
+    let data = ipc::encode(
         &base_schema(),
-        &row::to_batch(sorted.iter().copied())?,
-        lookup_body,
-        lookup_rows,
+        &row::to_batch(tail.rows.iter())?,
+        Body::Zstd,
+        data_rows,
         version,
     )?;
-    sections.push(w.reserved(schema::LOOKUP, &lookup, sorted.len() as u64)?);
+    let data = |w: &mut Aligned<'_>| {
+        w.section(
+            schema::DEFAULT_PKG_TYPE,
+            schema::DEFAULT_REPO,
+            schema::DEFAULT_MODULE,
+            &data,
+            rows,
+        )
+    };
+    if version >= 4 {
+        // The lookup goes first, so that the data sub-index's Arrow footer,
+        // the trie and the manifest, all a `get` reads besides one data batch,
+        // end the archive together (a remote reader's first request).
+        let lookup = ipc::encode(
+            &lookup_schema(),
+            &row::to_lookup_batch(sorted.iter().copied())?,
+            Body::Zstd,
+            SMALL_BATCH_ROWS,
+            version,
+        )?;
+        sections.push(w.reserved(schema::LOOKUP, &lookup, rows)?);
+        sections.push(data(&mut w)?);
+    } else {
+        sections.push(data(&mut w)?);
+        let (body, batch_rows) = if version == 3 {
+            (Body::Zstd, SMALL_BATCH_ROWS)
+        } else {
+            (Body::Plain, LOOKUP_BATCH_ROWS_BEFORE_V3)
+        };
+        let lookup = ipc::encode(
+            &base_schema(),
+            &row::to_batch(sorted.iter().copied())?,
+            body,
+            batch_rows,
+            version,
+        )?;
+        sections.push(w.reserved(schema::LOOKUP, &lookup, rows)?);
+    }
 
+    // Each path's first slice: from version 4 the trie names its data row
+    // (its chunk_seq), before that its lookup row.
     let mut firsts: Vec<(&str, u64)> = Vec::new();
     for (i, r) in sorted.iter().enumerate() {
         if firsts.last().is_none_or(|(p, _)| *p != r.relative_path) {
-            firsts.push((&r.relative_path, i as u64));
+            let at = if version >= 4 { r.chunk_seq } else { i as u64 };
+            firsts.push((&r.relative_path, at));
         }
     }
     let trie = trie::build(firsts.iter().copied())?;
@@ -150,18 +178,45 @@ pub(crate) fn write_tail_as(out: &mut dyn Write, tail: Tail<'_>, version: u32) -
 }
 
 /// The rules a tail's rows must obey; checked here because every writer comes here.
-fn check_rows(tail: &Tail<'_>) -> Result<()> {
-    let mut last_seq = None;
+/// From version 4 a row's chunk_seq is its data row, and a file's slices are
+/// consecutive rows, as a `get` reads them from its first.
+fn check_rows(tail: &Tail<'_>, version: u32) -> Result<()> {
+    let mut last: Option<&SliceRow> = None;
     let mut seen = std::collections::HashSet::new();
-    for r in tail.rows {
+    let mut ended = std::collections::HashSet::new();
+    for (i, r) in tail.rows.iter().enumerate() {
         path::validate(&r.relative_path)?;
-        if last_seq.is_some_and(|s| r.chunk_seq <= s) {
+        let in_order = match last {
+            None => version < 4 || r.chunk_seq == 0,
+            Some(_) if version >= 4 => r.chunk_seq == i as u64,
+            Some(l) => r.chunk_seq > l.chunk_seq,
+        };
+        if !in_order {
             return Err(Error::corrupt(format!(
                 "rows out of chunk_seq order at {} (seq {})",
                 r.relative_path, r.chunk_seq
             )));
         }
-        last_seq = Some(r.chunk_seq);
+        match last {
+            Some(l) if l.relative_path != r.relative_path => {
+                ended.insert(l.relative_path.as_str());
+            }
+            Some(l) if r.fdata_offset > l.fdata_offset => {}
+            Some(_) if version >= 4 => {
+                return Err(Error::corrupt(format!(
+                    "slices of {} out of file order",
+                    r.relative_path
+                )))
+            }
+            _ => {}
+        }
+        if version >= 4 && ended.contains(r.relative_path.as_str()) {
+            return Err(Error::corrupt(format!(
+                "slices of {} are not consecutive rows",
+                r.relative_path
+            )));
+        }
+        last = Some(r);
         if !seen.insert((r.relative_path.as_str(), r.fdata_offset)) {
             return Err(Error::corrupt(format!(
                 "two slices of {} at offset {}",

@@ -1,8 +1,9 @@
-//! The fst trie: `relative_path -> first lookup row`, the native fast path.
+//! The fst trie: `relative_path -> first data row` (from format version 4;
+//! before it, the first lookup row), the native fast path.
 //!
-//! The trie indexes the sorted lookup; it is never a second source of truth. A
-//! reader that finds it missing or damaged answers the same questions by binary
-//! search over the lookup (see `reader.rs`).
+//! The trie indexes the rows; it is never a second source of truth. A reader
+//! that finds it missing or damaged answers the same questions by binary
+//! search over the sorted lookup (see `reader.rs`).
 //!
 //! A trie whose hash matches can still be malformed: whoever wrote the archive
 //! wrote the hash too. fst checks its header but not every node, and decoding

@@ -286,6 +286,52 @@ fn extraction_does_not_follow_a_planted_symlink() {
     assert_eq!(std::fs::read(&victim).unwrap(), b"precious");
 }
 
+/// From format version 4 a row's chunk_seq is its row number and a file's
+/// slices are consecutive rows in file order, as a `get` reads them: the tail
+/// writer refuses rows that break that rather than write an archive whose
+/// trie would lead a `get` astray.
+#[test]
+fn the_tail_writer_refuses_rows_a_get_could_not_follow() {
+    let blob = b"hello".to_vec();
+    let row = |path: &str, seq: u64, fdata_offset: u64| znippy_format::SliceRow {
+        fdata_offset,
+        ..raw_row(path, seq, 0, &blob)
+    };
+    let write = |rows: &[znippy_format::SliceRow]| {
+        znippy_format::write_tail(
+            &mut Vec::new(),
+            znippy_format::Tail {
+                props: small_props(),
+                blob_end: blob.len() as u64,
+                rows,
+                meta: &Metadata::Absent,
+            },
+        )
+    };
+    let good = [row("a", 0, 0), row("a", 1, 5), row("b", 2, 0)];
+    assert!(write(&good).is_ok());
+    for (what, rows) in [
+        (
+            "a gap in chunk_seq",
+            [row("a", 0, 0), row("a", 1, 5), row("b", 3, 0)],
+        ),
+        (
+            "not from 0",
+            [row("a", 1, 0), row("a", 2, 5), row("b", 3, 0)],
+        ),
+        (
+            "a file split",
+            [row("a", 0, 0), row("b", 1, 0), row("a", 2, 5)],
+        ),
+        (
+            "out of file order",
+            [row("a", 0, 5), row("a", 1, 0), row("b", 2, 0)],
+        ),
+    ] {
+        assert!(matches!(write(&rows), Err(Error::Corrupt(_))), "{what}");
+    }
+}
+
 #[test]
 fn writers_refuse_bad_paths_and_properties() {
     for bad in ["../x", "/abs", "a/./b", "a\0"] {

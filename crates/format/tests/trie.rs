@@ -5,7 +5,7 @@
 mod common;
 
 use common::*;
-use znippy_format::{Archive, Error, Metadata, TrieState, TRIE};
+use znippy_format::{Archive, Error, Metadata, SliceRow, TrieState, LOOKUP, TRIE};
 
 fn sample() -> Vec<u8> {
     let mut files: Vec<(String, Vec<u8>)> = Vec::new();
@@ -18,17 +18,21 @@ fn sample() -> Vec<u8> {
     archive_of(&files, small_props(), &Metadata::Absent)
 }
 
-fn without_trie(bytes: &[u8]) -> Vec<u8> {
+/// The archive again with each section's bytes as `f` returns them, or
+/// without the section where it returns `None`.
+fn rebuilt(bytes: &[u8], f: impl Fn(&str, &[u8]) -> Option<Vec<u8>>) -> Vec<u8> {
     let a = Archive::open(bytes).unwrap();
     let sections: Vec<RawSection> = a
         .sections()
         .iter()
-        .filter(|s| s.module_name != TRIE)
-        .map(|s| RawSection {
-            pkg_type: s.pkg_type,
-            module: s.module_name.clone(),
-            bytes: bytes[s.index_offset as usize..(s.index_offset + s.index_len) as usize].to_vec(),
-            rows: s.row_count,
+        .filter_map(|s| {
+            let own = &bytes[s.index_offset as usize..(s.index_offset + s.index_len) as usize];
+            Some(RawSection {
+                pkg_type: s.pkg_type,
+                module: s.module_name.clone(),
+                bytes: f(&s.module_name, own)?,
+                rows: s.row_count,
+            })
         })
         .collect();
     assemble(
@@ -37,6 +41,10 @@ fn without_trie(bytes: &[u8]) -> Vec<u8> {
         a.props(),
         &|_| {},
     )
+}
+
+fn without_trie(bytes: &[u8]) -> Vec<u8> {
+    rebuilt(bytes, |name, own| (name != TRIE).then(|| own.to_vec()))
 }
 
 fn with_damaged_trie(bytes: &[u8]) -> Vec<u8> {
@@ -126,4 +134,70 @@ fn prefix_listing_is_a_byte_prefix_in_order() {
         .collect();
     assert_eq!(a.list("ab").unwrap(), ab);
     assert_eq!(ab.len(), 67);
+}
+
+/// From format version 4 the trie and the lookup name rows of the data
+/// sub-index. One that names another file's row, with every hash in the
+/// archive right, is an error: never the other file's bytes.
+#[test]
+fn a_trie_or_a_lookup_that_names_another_files_row_is_refused() {
+    let good = sample();
+    let rows = Archive::open(good.as_slice()).unwrap().data_rows().unwrap();
+    let firsts: Vec<&SliceRow> = {
+        let mut f: Vec<&SliceRow> = rows.iter().filter(|r| r.fdata_offset == 0).collect();
+        f.sort_by(|a, b| a.relative_path.cmp(&b.relative_path));
+        f
+    };
+    let refused = |bytes: &[u8], state: TrieState| {
+        let a = Archive::open(bytes).unwrap();
+        assert_eq!(a.trie_state(), state);
+        for r in &firsts {
+            let p = r.relative_path.as_str();
+            assert!(matches!(a.slices(p), Err(Error::Corrupt(_))), "{p}");
+            let mut out = Vec::new();
+            assert!(a.read_file(p, &mut out).is_err() && out.is_empty(), "{p}");
+            // Without the trie, the lookup alone says whether a path is there.
+            assert_eq!(a.contains(p).is_err(), state == TrieState::Used, "{p}");
+        }
+    };
+
+    // A trie that points each path at the next path's first row.
+    let mut trie = fst::MapBuilder::memory();
+    for (i, r) in firsts.iter().enumerate() {
+        let next = firsts[(i + 1) % firsts.len()];
+        trie.insert(&r.relative_path, next.chunk_seq).unwrap();
+    }
+    let trie = trie.into_inner().unwrap();
+    refused(
+        &rebuilt(&good, |name, own| {
+            Some(if name == TRIE {
+                trie.clone()
+            } else {
+                own.to_vec()
+            })
+        }),
+        TrieState::Used,
+    );
+
+    // No trie, and a lookup whose every row names the data row of the row
+    // after it (the next slice of the same file, or the next file).
+    let mut sorted: Vec<SliceRow> = rows.clone();
+    sorted.sort_by(|a, b| {
+        (&a.relative_path, a.fdata_offset).cmp(&(&b.relative_path, b.fdata_offset))
+    });
+    let shifted: Vec<SliceRow> = (0..sorted.len())
+        .map(|i| SliceRow {
+            chunk_seq: sorted[(i + 1) % sorted.len()].chunk_seq,
+            ..sorted[i].clone()
+        })
+        .collect();
+    let lookup = ipc_bytes(&keys_batch(&shifted));
+    refused(
+        &rebuilt(&good, |name, own| match name {
+            TRIE => None,
+            LOOKUP => Some(lookup.clone()),
+            _ => Some(own.to_vec()),
+        }),
+        TrieState::Missing,
+    );
 }

@@ -4,20 +4,20 @@
 //! S3 (`s3://bucket/key`), without downloading them.
 //!
 //! The container was laid out for this: a footer at the end, a manifest before
-//! it, then the sorted lookup, the trie, and each file's own blobs. A
+//! it, then the trie, the data index, and each file's own blobs. A
 //! [`RemoteSource`] is a [`znippy_format::ReadAt`] over one object, so the
 //! reader of the `format` crate runs on it unchanged:
 //!
 //! 1. **Open** fetches the last [`WINDOW`] bytes in one request. That holds the
 //!    footer, the manifest, the meta section and, for archives up to some
-//!    25,000 files, the trie and the lookup's Arrow footer too.
+//!    25,000 files, the trie and the data index's Arrow footer too.
 //! 2. **A miss in the index** (past the blob region) fetches the bytes asked
 //!    for plus up to [`BACK`] bytes before them, so that an Arrow footer's
 //!    length and the footer itself come in one request.
 //! 3. **A blob** is fetched exactly, and not kept.
 //!
 //! A one-file `get` of an archive of up to about 25,000 files therefore costs
-//! three requests: the window, one lookup batch, the file's blob (a file of
+//! three requests: the window, one batch of the data index, the file's blob (a file of
 //! several pieces: one per piece). Every request after the first carries
 //! `If-Match` with the first response's ETag, and checks the object's size and
 //! the length of what came back, so an object replaced between two requests
