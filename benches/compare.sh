@@ -21,6 +21,8 @@
 #   BENCH_C_DUP_MB  set c: MB of those copied again under dup/ (default 200)
 #   BENCH_D_GIB     set d: size of the generated file in GiB (default 4)
 #   BENCH_E_FILES   set e: number of files (default 20000)
+#   BENCH_ZNIPPY_ARGS  more arguments for every `znippy compress`, split on
+#                   spaces (e.g. "--chunk-size 1572864"; default none)
 #
 # Data sets:
 #   a  the cargo registry's source cache (many small text files)
@@ -54,6 +56,7 @@ C_MB=${BENCH_C_MB:-800}
 C_DUP_MB=${BENCH_C_DUP_MB:-200}
 D_GIB=${BENCH_D_GIB:-4}
 E_FILES=${BENCH_E_FILES:-20000}
+ZNIPPY_ARGS=${BENCH_ZNIPPY_ARGS:-}
 CARGO_DIR=${CARGO_HOME:-$HOME/.cargo}
 NPROC=$(nproc)
 TOOLS=(znippy tarzstd squashfs zip)
@@ -197,7 +200,7 @@ cmd_compress() { # tool dir arc
     d=$(q "$2")
     a=$(q "$3")
     case $1 in
-        znippy) echo "$(q "$ZNIPPY") compress $d -o $a" ;;
+        znippy) echo "$(q "$ZNIPPY") compress${ZNIPPY_ARGS:+ $ZNIPPY_ARGS} $d -o $a" ;;
         tarzstd) echo "tar -cf - -C $d . | zstd -3 -T0 -q -o $a" ;;
         squashfs) echo "mksquashfs $d $a -comp zstd -Xcompression-level 3 -processors $NPROC -noappend -quiet" ;;
         zip) echo "cd $d && zip -r -1 -q $a ." ;;
@@ -587,7 +590,7 @@ bench_memory() {
     cat "$f" >/dev/null
     for tool in znippy zstd; do
         if [[ $tool == znippy ]]; then
-            c="$(q "$ZNIPPY") compress $(q "$dir") -o $(q "$ARCS/d.znippy")"
+            c="$(q "$ZNIPPY") compress${ZNIPPY_ARGS:+ $ZNIPPY_ARGS} $(q "$dir") -o $(q "$ARCS/d.znippy")"
             d="$(q "$ZNIPPY") decompress $(q "$ARCS/d.znippy") -o $(q "$OUTS/d-znippy")"
             MEM[arc:$tool]=$ARCS/d.znippy
         else
