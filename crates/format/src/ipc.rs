@@ -260,7 +260,8 @@ impl IpcSection {
 }
 
 /// A section read one batch at a time: its footer read on first use, and each
-/// batch decoded once, into a `B`, and kept.
+/// batch decoded once, into a `B`, and kept. A slot not yet filled costs a
+/// pointer, as an archive of millions of files has thousands of batches.
 #[derive(Debug)]
 pub(crate) struct Batches<B> {
     name: &'static str,
@@ -268,7 +269,7 @@ pub(crate) struct Batches<B> {
     len: u64,
     rows: u64,
     schema: SchemaRef,
-    opened: OnceLock<(IpcSection, Vec<OnceLock<B>>)>,
+    opened: OnceLock<(IpcSection, Vec<OnceLock<Box<B>>>)>,
 }
 
 impl<B> Batches<B> {
@@ -291,7 +292,7 @@ impl<B> Batches<B> {
     }
 
     /// Reads and checks the section's footer, once.
-    pub(crate) fn open(&self, src: &dyn ReadAt) -> Result<&(IpcSection, Vec<OnceLock<B>>)> {
+    pub(crate) fn open(&self, src: &dyn ReadAt) -> Result<&(IpcSection, Vec<OnceLock<Box<B>>>)> {
         if let Some(o) = self.opened.get() {
             return Ok(o);
         }
@@ -316,6 +317,9 @@ impl<B> Batches<B> {
         row: u64,
         decode: impl FnOnce(&RecordBatch) -> Result<B>,
     ) -> Result<(&B, usize)> {
+        if row >= self.rows {
+            return Err(Error::corrupt(format!("{} has no row {row}", self.name)));
+        }
         let (sec, cells) = self.open(src)?;
         let n = sec.batch_rows();
         let i = (row / n) as usize;
@@ -326,7 +330,7 @@ impl<B> Batches<B> {
         if let Some(b) = cell.get() {
             return Ok((b, at));
         }
-        let batch = decode(&sec.batch(src, i)?)?;
+        let batch = Box::new(decode(&sec.batch(src, i)?)?);
         Ok((cell.get_or_init(|| batch), at))
     }
 }

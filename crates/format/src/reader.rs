@@ -32,12 +32,12 @@ use crate::kind::Kind;
 use crate::manifest::{self, SectionEntry};
 use crate::meta::{MetaTable, Metadata};
 use crate::props::ArchiveProps;
-use crate::row::{check_file_rows, KeyBatch, RowBatch, SliceKey, SliceRow};
+use crate::row::{check_file_rows, KeyBatch, RowBatch, SliceRow};
 use crate::schema::{
     base_schema, check_version, lookup_schema, meta_schema, DEFAULT_MODULE, DEFAULT_PKG_TYPE,
     DEFAULT_REPO, LOOKUP, META, RESERVED_PKG_TYPE, TRIE,
 };
-use crate::tail::{write_tail_as, Tail, ALIGN, FOOTER_LEN, MAGIC};
+use crate::tail::{check_order, write_tail_as, Tail, ALIGN, FOOTER_LEN, MAGIC};
 use crate::trie::Trie;
 
 /// Largest manifest a reader accepts (a manifest has a handful of rows).
@@ -85,7 +85,7 @@ pub struct Archive<R> {
     manifest_offset: u64,
     sections: Vec<SectionEntry>,
     lookup: Batches<LookupBatch>,
-    lookup_rows: u64,
+    rows: u64,
     /// From version 4, the one data sub-index, which a `get` reads a batch of.
     data: Option<Batches<RowBatch>>,
     trie: OnceLock<(TrieState, Option<Trie>)>,
@@ -93,31 +93,28 @@ pub struct Archive<R> {
 
 /// A decoded batch of the lookup: whole rows before version 4, then keys.
 #[derive(Debug)]
+#[expect(
+    clippy::large_enum_variant,
+    reason = "`Batches` keeps each decoded batch in a box of its own"
+)]
 enum LookupBatch {
-    Rows(Box<RowBatch>),
-    Keys(Box<KeyBatch>),
+    Rows(RowBatch),
+    Keys(KeyBatch),
 }
 
 impl LookupBatch {
     fn decode(version: u32, batch: &RecordBatch) -> Result<Self> {
         if version >= 4 {
-            KeyBatch::new(batch).map(|b| LookupBatch::Keys(Box::new(b)))
+            KeyBatch::new(batch).map(LookupBatch::Keys)
         } else {
-            RowBatch::new(batch).map(|b| LookupBatch::Rows(Box::new(b)))
+            RowBatch::new(batch).map(LookupBatch::Rows)
         }
     }
 
-    fn path(&self, i: usize) -> &str {
+    fn keys(&self) -> &KeyBatch {
         match self {
-            LookupBatch::Rows(b) => b.path(i),
-            LookupBatch::Keys(b) => b.path(i),
-        }
-    }
-
-    fn key(&self, i: usize) -> SliceKey {
-        match self {
-            LookupBatch::Rows(b) => b.key(i),
-            LookupBatch::Keys(b) => b.key(i),
+            LookupBatch::Rows(b) => b.keys(),
+            LookupBatch::Keys(b) => b,
         }
     }
 }
@@ -237,7 +234,7 @@ impl<R: ReadAt> Archive<R> {
             props,
             blob_end,
             manifest_offset,
-            lookup_rows: lookup_entry.row_count,
+            rows: lookup_entry.row_count,
             sections,
             lookup,
             data,
@@ -301,7 +298,7 @@ impl<R: ReadAt> Archive<R> {
 
     /// Number of slice rows.
     pub fn row_count(&self) -> u64 {
-        self.lookup_rows
+        self.rows
     }
 
     fn reserved(&self, name: &str) -> Option<&SectionEntry> {
@@ -325,7 +322,7 @@ impl<R: ReadAt> Archive<R> {
                     return Err(Error::Checksum("trie".into()));
                 }
                 let t = Trie::new(bytes)?;
-                if t.len() as u64 != s.row_count || s.row_count > self.lookup_rows {
+                if t.len() as u64 != s.row_count || s.row_count > self.rows {
                     return Err(Error::corrupt("trie key count"));
                 }
                 Ok(t)
@@ -352,7 +349,7 @@ impl<R: ReadAt> Archive<R> {
 
     fn lookup_path(&self, row: u64) -> Result<&str> {
         let (b, i) = self.lookup_at(row)?;
-        Ok(b.path(i))
+        Ok(b.keys().path(i))
     }
 
     /// Lookup row `row` made whole: before version 4 it is, from then its data
@@ -362,7 +359,8 @@ impl<R: ReadAt> Archive<R> {
             (LookupBatch::Rows(b), i) => Ok(b.row(i)),
             (LookupBatch::Keys(b), i) => {
                 let (path, key) = (b.path(i), b.key(i));
-                let whole = self.data_row(key.chunk_seq)?;
+                let (data, at) = self.data_at(key.chunk_seq)?;
+                let whole = data.row(at);
                 let agree = whole.relative_path == path
                     && whole.fdata_offset == key.fdata_offset
                     && whole.uncompressed_size == key.uncompressed_size
@@ -377,26 +375,26 @@ impl<R: ReadAt> Archive<R> {
         }
     }
 
-    /// From version 4: data row `seq`, whose chunk_seq must be `seq`.
-    fn data_row(&self, seq: u64) -> Result<SliceRow> {
+    /// From version 4: the batch holding data row `seq`, and the row's index
+    /// in it. Its chunk_seq must be `seq`.
+    fn data_at(&self, seq: u64) -> Result<(&RowBatch, usize)> {
         let data = self
             .data
             .as_ref()
             .ok_or_else(|| Error::corrupt("no data sub-index"))?;
         let (b, i) = data.row(&self.src, seq, RowBatch::new)?;
-        let row = b.row(i);
-        if row.chunk_seq != seq {
+        let found = b.keys().key(i).chunk_seq;
+        if found != seq {
             return Err(Error::corrupt(format!(
-                "data row {seq} has chunk_seq {}",
-                row.chunk_seq
+                "data row {seq} has chunk_seq {found}"
             )));
         }
-        Ok(row)
+        Ok((b, i))
     }
 
     /// First lookup row whose path is not less than `key` (binary search).
     fn partition(&self, key: &str) -> Result<u64> {
-        let (mut lo, mut hi) = (0u64, self.lookup_rows);
+        let (mut lo, mut hi) = (0u64, self.rows);
         while lo < hi {
             let mid = lo + (hi - lo) / 2;
             if self.lookup_path(mid)? < key {
@@ -429,7 +427,7 @@ impl<R: ReadAt> Archive<R> {
             },
             None => self.partition(path)?,
         };
-        if row >= self.lookup_rows {
+        if row >= self.rows {
             return match trie {
                 Some(_) => Err(Error::corrupt("trie points past the lookup")),
                 None => Ok(None),
@@ -451,18 +449,16 @@ impl<R: ReadAt> Archive<R> {
     fn data_run(&self, path: &str, seq: u64) -> Result<Vec<SliceRow>> {
         let mut rows = Vec::new();
         let mut s = seq;
-        while s < self.lookup_rows {
-            let row = self.data_row(s)?;
-            if row.relative_path != path {
+        while s < self.rows {
+            let (b, i) = self.data_at(s)?;
+            if b.keys().path(i) != path {
                 break;
             }
-            rows.push(row);
+            rows.push(b.row(i));
             s += 1;
         }
         if rows.is_empty() {
-            return Err(Error::corrupt(format!(
-                "trie and data sub-index disagree on {path}"
-            )));
+            return Err(trie_disagrees(path));
         }
         Ok(rows)
     }
@@ -475,7 +471,7 @@ impl<R: ReadAt> Archive<R> {
             None => {
                 let mut r = self.first_row(path)?.ok_or_else(not_found)?;
                 let mut rows = Vec::new();
-                while r < self.lookup_rows && self.lookup_path(r)? == path {
+                while r < self.rows && self.lookup_path(r)? == path {
                     rows.push(self.lookup_row(r)?);
                     r += 1;
                 }
@@ -490,7 +486,13 @@ impl<R: ReadAt> Archive<R> {
     pub fn contains(&self, path: &str) -> Result<bool> {
         match self.data_trie() {
             Some(t) => match t.get(path)? {
-                Some(seq) => self.data_run(path, seq).map(|_| true),
+                Some(seq) => {
+                    let (b, i) = self.data_at(seq)?;
+                    if b.keys().path(i) != path || b.keys().key(i).fdata_offset != 0 {
+                        return Err(trie_disagrees(path));
+                    }
+                    Ok(true)
+                }
                 None => Ok(false),
             },
             None => Ok(self.first_row(path)?.is_some()),
@@ -533,13 +535,13 @@ impl<R: ReadAt> Archive<R> {
     pub fn entries(&self, prefix: &str) -> Result<Vec<Entry>> {
         let mut out: Vec<Entry> = Vec::new();
         let mut r = self.partition(prefix)?;
-        while r < self.lookup_rows {
+        while r < self.rows {
             let (b, i) = self.lookup_at(r)?;
-            let path = b.path(i);
+            let path = b.keys().path(i);
             if !path.starts_with(prefix) {
                 break;
             }
-            let key = b.key(i);
+            let key = b.keys().key(i);
             match out.last_mut() {
                 Some(e) if e.path == path => {
                     e.size = e.size.saturating_add(key.uncompressed_size);
@@ -573,13 +575,17 @@ impl<R: ReadAt> Archive<R> {
             )?;
             for i in 0..sec.num_batches() {
                 let b = RowBatch::new(&sec.batch(&self.src, i)?)?;
-                rows.extend((0..b.len()).map(|r| b.row(r)));
+                rows.extend((0..b.keys().len()).map(|r| b.row(r)));
             }
         }
         rows.sort_by_key(|r| r.chunk_seq);
         if rows.windows(2).any(|w| w[0].chunk_seq == w[1].chunk_seq) {
             return Err(Error::corrupt("two rows share a chunk_seq"));
         }
+        // What a version-4 `get` relies on, checked here for extraction and
+        // for `verify`, whose rebuild of the tail may not run (an archive
+        // with sections this writer does not write).
+        check_order(&rows, self.version)?;
         let mut by_path: HashMap<&str, Vec<&SliceRow>> = HashMap::new();
         for r in &rows {
             by_path.entry(&r.relative_path).or_default().push(r);
@@ -819,4 +825,8 @@ pub(crate) fn for_each_blob<R: ReadAt>(
         }
         result
     })
+}
+
+fn trie_disagrees(path: &str) -> Error {
+    Error::corrupt(format!("trie and data sub-index disagree on {path}"))
 }

@@ -41,46 +41,76 @@ pub struct SliceRow {
     pub mode: Option<u32>,
 }
 
+/// Builders of the columns the lookup and the data sub-index share.
+struct KeyColumns {
+    path: StringBuilder,
+    seq: UInt64Builder,
+    fdata: UInt64Builder,
+    size: UInt64Builder,
+    mode: UInt32Builder,
+}
+
+impl KeyColumns {
+    fn with_capacity(n: usize) -> Self {
+        KeyColumns {
+            path: StringBuilder::with_capacity(n, n * 32),
+            seq: UInt64Builder::with_capacity(n),
+            fdata: UInt64Builder::with_capacity(n),
+            size: UInt64Builder::with_capacity(n),
+            mode: UInt32Builder::with_capacity(n),
+        }
+    }
+
+    fn append(&mut self, r: &SliceRow) {
+        self.path.append_value(&r.relative_path);
+        self.seq.append_value(r.chunk_seq);
+        self.fdata.append_value(r.fdata_offset);
+        self.size.append_value(r.uncompressed_size);
+        self.mode.append_option(r.mode);
+    }
+
+    /// The path, chunk_seq, fdata_offset and size columns, and the mode.
+    fn finish(mut self) -> ([ArrayRef; 4], ArrayRef) {
+        let first: [ArrayRef; 4] = [
+            Arc::new(self.path.finish()),
+            Arc::new(self.seq.finish()),
+            Arc::new(self.fdata.finish()),
+            Arc::new(self.size.finish()),
+        ];
+        (first, Arc::new(self.mode.finish()))
+    }
+}
+
 /// Builds one record batch of base columns from `rows`, in the given order.
 pub(crate) fn to_batch<'a>(
     rows: impl ExactSizeIterator<Item = &'a SliceRow>,
 ) -> Result<RecordBatch> {
     let n = rows.len();
-    let mut path = StringBuilder::with_capacity(n, n * 32);
-    let mut seq = UInt64Builder::with_capacity(n);
-    let mut fdata = UInt64Builder::with_capacity(n);
-    let mut size = UInt64Builder::with_capacity(n);
+    let mut keys = KeyColumns::with_capacity(n);
     let mut boff = UInt64Builder::with_capacity(n);
     let mut bsize = UInt64Builder::with_capacity(n);
     let mut inner = UInt64Builder::with_capacity(n);
     let mut comp = BooleanBuilder::with_capacity(n);
     let mut sum = FixedSizeBinaryBuilder::with_capacity(n, 32);
-    let mut mode = UInt32Builder::with_capacity(n);
     for r in rows {
-        path.append_value(&r.relative_path);
-        seq.append_value(r.chunk_seq);
-        fdata.append_value(r.fdata_offset);
-        size.append_value(r.uncompressed_size);
+        keys.append(r);
         boff.append_value(r.blob_offset);
         bsize.append_value(r.blob_size);
         inner.append_value(r.blob_inner_offset);
         comp.append_value(r.compressed);
         sum.append_value(r.checksum)
             .map_err(|e| Error::corrupt(format!("checksum column: {e}")))?;
-        mode.append_option(r.mode);
     }
-    let cols: Vec<ArrayRef> = vec![
-        Arc::new(path.finish()),
-        Arc::new(seq.finish()),
-        Arc::new(fdata.finish()),
-        Arc::new(size.finish()),
-        Arc::new(boff.finish()),
+    let (first, mode) = keys.finish();
+    let mut cols: Vec<ArrayRef> = first.into();
+    cols.extend([
+        Arc::new(boff.finish()) as ArrayRef,
         Arc::new(bsize.finish()),
         Arc::new(inner.finish()),
         Arc::new(comp.finish()),
         Arc::new(sum.finish()),
-        Arc::new(mode.finish()),
-    ];
+        mode,
+    ]);
     RecordBatch::try_new(base_schema(), cols)
         .map_err(|e| Error::corrupt(format!("index batch: {e}")))
 }
@@ -90,26 +120,11 @@ pub(crate) fn to_batch<'a>(
 pub(crate) fn to_lookup_batch<'a>(
     rows: impl ExactSizeIterator<Item = &'a SliceRow>,
 ) -> Result<RecordBatch> {
-    let n = rows.len();
-    let mut path = StringBuilder::with_capacity(n, n * 32);
-    let mut seq = UInt64Builder::with_capacity(n);
-    let mut fdata = UInt64Builder::with_capacity(n);
-    let mut size = UInt64Builder::with_capacity(n);
-    let mut mode = UInt32Builder::with_capacity(n);
-    for r in rows {
-        path.append_value(&r.relative_path);
-        seq.append_value(r.chunk_seq);
-        fdata.append_value(r.fdata_offset);
-        size.append_value(r.uncompressed_size);
-        mode.append_option(r.mode);
-    }
-    let cols: Vec<ArrayRef> = vec![
-        Arc::new(path.finish()),
-        Arc::new(seq.finish()),
-        Arc::new(fdata.finish()),
-        Arc::new(size.finish()),
-        Arc::new(mode.finish()),
-    ];
+    let mut keys = KeyColumns::with_capacity(rows.len());
+    rows.for_each(|r| keys.append(r));
+    let (first, mode) = keys.finish();
+    let mut cols: Vec<ArrayRef> = first.into();
+    cols.push(mode);
     RecordBatch::try_new(lookup_schema(), cols)
         .map_err(|e| Error::corrupt(format!("lookup batch: {e}")))
 }
@@ -124,7 +139,20 @@ pub(crate) struct SliceKey {
     pub(crate) mode: Option<u32>,
 }
 
-/// Typed, zero-copy access to a decoded batch of the version-4 lookup.
+fn wrong_type(name: &str) -> Error {
+    Error::corrupt(format!("index column {name} has the wrong type"))
+}
+
+fn u64s(batch: &RecordBatch, i: usize, name: &str) -> Result<PrimitiveArray<UInt64Type>> {
+    batch
+        .column(i)
+        .as_primitive_opt::<UInt64Type>()
+        .cloned()
+        .ok_or_else(|| wrong_type(name))
+}
+
+/// Typed, zero-copy access to the columns of a decoded batch that the lookup
+/// and the data sub-index share: all of a version-4 lookup batch.
 #[derive(Debug, Clone)]
 pub(crate) struct KeyBatch {
     path: StringArray,
@@ -135,94 +163,28 @@ pub(crate) struct KeyBatch {
 }
 
 impl KeyBatch {
+    /// The version-4 lookup's columns of `batch`.
     pub(crate) fn new(batch: &RecordBatch) -> Result<Self> {
-        let col = |i: usize| batch.column(i).as_ref();
-        let bad = |name: &str| Error::corrupt(format!("lookup column {name} has the wrong type"));
-        let u64s = |i: usize, name: &str| {
-            col(i)
-                .as_primitive_opt::<UInt64Type>()
-                .cloned()
-                .ok_or_else(|| bad(name))
-        };
+        Self::with_mode_at(batch, 4)
+    }
+
+    /// The path, chunk_seq, fdata_offset and size columns, which every
+    /// section of slices starts with, and the mode from column `mode`.
+    fn with_mode_at(batch: &RecordBatch, mode: usize) -> Result<Self> {
         Ok(KeyBatch {
-            path: col(0)
+            path: batch
+                .column(0)
                 .as_string_opt::<i32>()
                 .cloned()
-                .ok_or_else(|| bad("relative_path"))?,
-            seq: u64s(1, "chunk_seq")?,
-            fdata: u64s(2, "fdata_offset")?,
-            size: u64s(3, "uncompressed_size")?,
-            mode: col(4)
+                .ok_or_else(|| wrong_type("relative_path"))?,
+            seq: u64s(batch, 1, "chunk_seq")?,
+            fdata: u64s(batch, 2, "fdata_offset")?,
+            size: u64s(batch, 3, "uncompressed_size")?,
+            mode: batch
+                .column(mode)
                 .as_primitive_opt::<UInt32Type>()
                 .cloned()
-                .ok_or_else(|| bad("mode"))?,
-        })
-    }
-
-    pub(crate) fn path(&self, i: usize) -> &str {
-        self.path.value(i)
-    }
-
-    pub(crate) fn key(&self, i: usize) -> SliceKey {
-        SliceKey {
-            chunk_seq: self.seq.value(i),
-            fdata_offset: self.fdata.value(i),
-            uncompressed_size: self.size.value(i),
-            mode: self.mode.is_valid(i).then(|| self.mode.value(i)),
-        }
-    }
-}
-
-/// Typed, zero-copy access to a decoded batch of base columns.
-#[derive(Debug, Clone)]
-pub(crate) struct RowBatch {
-    path: StringArray,
-    seq: PrimitiveArray<UInt64Type>,
-    fdata: PrimitiveArray<UInt64Type>,
-    size: PrimitiveArray<UInt64Type>,
-    boff: PrimitiveArray<UInt64Type>,
-    bsize: PrimitiveArray<UInt64Type>,
-    inner: PrimitiveArray<UInt64Type>,
-    comp: BooleanArray,
-    sum: FixedSizeBinaryArray,
-    mode: PrimitiveArray<UInt32Type>,
-}
-
-impl RowBatch {
-    pub(crate) fn new(batch: &RecordBatch) -> Result<Self> {
-        let col = |i: usize| batch.column(i).as_ref();
-        let bad = |name: &str| Error::corrupt(format!("index column {name} has the wrong type"));
-        let u64s = |i: usize, name: &str| {
-            col(i)
-                .as_primitive_opt::<UInt64Type>()
-                .cloned()
-                .ok_or_else(|| bad(name))
-        };
-        let sum = col(8)
-            .as_fixed_size_binary_opt()
-            .filter(|a| a.value_length() == 32)
-            .cloned()
-            .ok_or_else(|| bad("checksum"))?;
-        Ok(RowBatch {
-            path: col(0)
-                .as_string_opt::<i32>()
-                .cloned()
-                .ok_or_else(|| bad("relative_path"))?,
-            seq: u64s(1, "chunk_seq")?,
-            fdata: u64s(2, "fdata_offset")?,
-            size: u64s(3, "uncompressed_size")?,
-            boff: u64s(4, "blob_offset")?,
-            bsize: u64s(5, "blob_size")?,
-            inner: u64s(6, "blob_inner_offset")?,
-            comp: col(7)
-                .as_boolean_opt()
-                .cloned()
-                .ok_or_else(|| bad("compressed"))?,
-            sum,
-            mode: col(9)
-                .as_primitive_opt::<UInt32Type>()
-                .cloned()
-                .ok_or_else(|| bad("mode"))?,
+                .ok_or_else(|| wrong_type("mode"))?,
         })
     }
 
@@ -242,21 +204,60 @@ impl RowBatch {
             mode: self.mode.is_valid(i).then(|| self.mode.value(i)),
         }
     }
+}
+
+/// Typed, zero-copy access to a decoded batch of base columns.
+#[derive(Debug, Clone)]
+pub(crate) struct RowBatch {
+    keys: KeyBatch,
+    boff: PrimitiveArray<UInt64Type>,
+    bsize: PrimitiveArray<UInt64Type>,
+    inner: PrimitiveArray<UInt64Type>,
+    comp: BooleanArray,
+    sum: FixedSizeBinaryArray,
+}
+
+impl RowBatch {
+    pub(crate) fn new(batch: &RecordBatch) -> Result<Self> {
+        Ok(RowBatch {
+            keys: KeyBatch::with_mode_at(batch, 9)?,
+            boff: u64s(batch, 4, "blob_offset")?,
+            bsize: u64s(batch, 5, "blob_size")?,
+            inner: u64s(batch, 6, "blob_inner_offset")?,
+            comp: batch
+                .column(7)
+                .as_boolean_opt()
+                .cloned()
+                .ok_or_else(|| wrong_type("compressed"))?,
+            sum: batch
+                .column(8)
+                .as_fixed_size_binary_opt()
+                .filter(|a| a.value_length() == 32)
+                .cloned()
+                .ok_or_else(|| wrong_type("checksum"))?,
+        })
+    }
+
+    /// The columns the lookup shares.
+    pub(crate) fn keys(&self) -> &KeyBatch {
+        &self.keys
+    }
 
     pub(crate) fn row(&self, i: usize) -> SliceRow {
+        let key = self.keys.key(i);
         let mut checksum = [0u8; 32];
         checksum.copy_from_slice(self.sum.value(i));
         SliceRow {
-            relative_path: self.path.value(i).to_string(),
-            chunk_seq: self.seq.value(i),
-            fdata_offset: self.fdata.value(i),
-            uncompressed_size: self.size.value(i),
+            relative_path: self.keys.path(i).to_string(),
+            chunk_seq: key.chunk_seq,
+            fdata_offset: key.fdata_offset,
+            uncompressed_size: key.uncompressed_size,
             blob_offset: self.boff.value(i),
             blob_size: self.bsize.value(i),
             blob_inner_offset: self.inner.value(i),
             compressed: self.comp.value(i),
             checksum,
-            mode: self.mode.is_valid(i).then(|| self.mode.value(i)),
+            mode: key.mode,
         }
     }
 }

@@ -93,7 +93,7 @@ pub(crate) fn write_tail_as(out: &mut dyn Write, tail: Tail<'_>, version: u32) -
         data_rows,
         version,
     )?;
-    let data = |w: &mut Aligned<'_>| {
+    let push_data = |w: &mut Aligned<'_>| {
         w.section(
             schema::DEFAULT_PKG_TYPE,
             schema::DEFAULT_REPO,
@@ -114,9 +114,9 @@ pub(crate) fn write_tail_as(out: &mut dyn Write, tail: Tail<'_>, version: u32) -
             version,
         )?;
         sections.push(w.reserved(schema::LOOKUP, &lookup, rows)?);
-        sections.push(data(&mut w)?);
+        sections.push(push_data(&mut w)?);
     } else {
-        sections.push(data(&mut w)?);
+        sections.push(push_data(&mut w)?);
         let (body, batch_rows) = if version == 3 {
             (Body::Zstd, SMALL_BATCH_ROWS)
         } else {
@@ -178,45 +178,11 @@ pub(crate) fn write_tail_as(out: &mut dyn Write, tail: Tail<'_>, version: u32) -
 }
 
 /// The rules a tail's rows must obey; checked here because every writer comes here.
-/// From version 4 a row's chunk_seq is its data row, and a file's slices are
-/// consecutive rows, as a `get` reads them from its first.
 fn check_rows(tail: &Tail<'_>, version: u32) -> Result<()> {
-    let mut last: Option<&SliceRow> = None;
+    check_order(tail.rows, version)?;
     let mut seen = std::collections::HashSet::new();
-    let mut ended = std::collections::HashSet::new();
-    for (i, r) in tail.rows.iter().enumerate() {
+    for r in tail.rows {
         path::validate(&r.relative_path)?;
-        let in_order = match last {
-            None => version < 4 || r.chunk_seq == 0,
-            Some(_) if version >= 4 => r.chunk_seq == i as u64,
-            Some(l) => r.chunk_seq > l.chunk_seq,
-        };
-        if !in_order {
-            return Err(Error::corrupt(format!(
-                "rows out of chunk_seq order at {} (seq {})",
-                r.relative_path, r.chunk_seq
-            )));
-        }
-        match last {
-            Some(l) if l.relative_path != r.relative_path => {
-                ended.insert(l.relative_path.as_str());
-            }
-            Some(l) if r.fdata_offset > l.fdata_offset => {}
-            Some(_) if version >= 4 => {
-                return Err(Error::corrupt(format!(
-                    "slices of {} out of file order",
-                    r.relative_path
-                )))
-            }
-            _ => {}
-        }
-        if version >= 4 && ended.contains(r.relative_path.as_str()) {
-            return Err(Error::corrupt(format!(
-                "slices of {} are not consecutive rows",
-                r.relative_path
-            )));
-        }
-        last = Some(r);
         if !seen.insert((r.relative_path.as_str(), r.fdata_offset)) {
             return Err(Error::corrupt(format!(
                 "two slices of {} at offset {}",
@@ -234,6 +200,50 @@ fn check_rows(tail: &Tail<'_>, version: u32) -> Result<()> {
         }
     }
     check_tail_nesting(tail.rows)
+}
+
+/// The order of the rows of a data sub-index: chunk_seq strictly rising, and
+/// from version 4 row `i` is chunk_seq `i` and a file's slices are
+/// consecutive rows in file order, as a `get` reads them from its first.
+/// The tail writer checks it, and the reader wherever it reads the rows whole.
+pub(crate) fn check_order(rows: &[SliceRow], version: u32) -> Result<()> {
+    let mut ended = std::collections::HashSet::new();
+    let mut last: Option<&SliceRow> = None;
+    for (i, r) in rows.iter().enumerate() {
+        let in_order = if version >= 4 {
+            r.chunk_seq == i as u64
+        } else {
+            last.is_none_or(|l| r.chunk_seq > l.chunk_seq)
+        };
+        if !in_order {
+            return Err(Error::corrupt(format!(
+                "rows out of chunk_seq order at {} (seq {})",
+                r.relative_path, r.chunk_seq
+            )));
+        }
+        if version >= 4 {
+            match last {
+                Some(l) if l.relative_path != r.relative_path => {
+                    ended.insert(l.relative_path.as_str());
+                    if ended.contains(r.relative_path.as_str()) {
+                        return Err(Error::corrupt(format!(
+                            "slices of {} are not consecutive rows",
+                            r.relative_path
+                        )));
+                    }
+                }
+                Some(l) if r.fdata_offset <= l.fdata_offset => {
+                    return Err(Error::corrupt(format!(
+                        "slices of {} out of file order",
+                        r.relative_path
+                    )))
+                }
+                _ => {}
+            }
+        }
+        last = Some(r);
+    }
+    Ok(())
 }
 
 /// No entry below a file or a link (`x` and `x/y` extract nowhere), and no

@@ -7,8 +7,8 @@
 //!   or, when a flipped byte renamed an entry, some other original file's,
 //!   and then `verify` must fail. Bytes are never invented or damaged (every
 //!   slice is BLAKE3-checked); names can move because normal reads do not
-//!   hash the lookup section (that would cost O(index) per get), which
-//!   `verify` does.
+//!   hash the index sections they take a batch of (the data sub-index, the
+//!   lookup: that would cost O(index) per get), which `verify` does.
 //! - **Allocation cap.** The test binary's allocator refuses to hold more
 //!   than 1 GiB in all (the reader's largest legitimate buffers are a few
 //!   times the 64 MiB chunk limit), which aborts the run.
@@ -18,7 +18,7 @@
 //!   of its own), so that they get past the section hashes: to the trie, the
 //!   Arrow IPC validators and the row checks, and to `verify`'s re-encoding of
 //!   the tail. The run counts the mutated tries the reader then used. Such an
-//!   archive is self-consistent: its lookup may really say that a file is
+//!   archive is self-consistent: its index may really say that a file is
 //!   other slices than it was (as a hostile writer could), and `verify` may
 //!   rightly pass it. Its oracle is the slice: every file it gives back is a
 //!   run of the original files' slices, whole and in any order, since every

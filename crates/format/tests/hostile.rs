@@ -329,6 +329,14 @@ fn the_tail_writer_refuses_rows_a_get_could_not_follow() {
         ),
     ] {
         assert!(matches!(write(&rows), Err(Error::Corrupt(_))), "{what}");
+        // Another writer's archive with these rows: extraction and `verify`
+        // read the rows whole and refuse them too, rebuilt tail or not.
+        let bytes = craft(&blob, &rows, small_props());
+        let a = Archive::open(bytes.as_slice()).unwrap();
+        assert!(matches!(a.verify(1), Err(Error::Corrupt(_))), "{what}");
+        let tmp = tempfile::tempdir().unwrap();
+        assert!(extract_all(&a, tmp.path(), 1, &|_| {}).is_err(), "{what}");
+        exercise(&bytes);
     }
 }
 

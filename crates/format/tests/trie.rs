@@ -191,13 +191,23 @@ fn a_trie_or_a_lookup_that_names_another_files_row_is_refused() {
             ..sorted[i].clone()
         })
         .collect();
-    let lookup = ipc_bytes(&keys_batch(&shifted));
-    refused(
-        &rebuilt(&good, |name, own| match name {
-            TRIE => None,
-            LOOKUP => Some(lookup.clone()),
-            _ => Some(own.to_vec()),
-        }),
-        TrieState::Missing,
-    );
+    // And one whose every row names a data row past the last.
+    let past: Vec<SliceRow> = sorted
+        .iter()
+        .map(|r| SliceRow {
+            chunk_seq: r.chunk_seq + sorted.len() as u64,
+            ..r.clone()
+        })
+        .collect();
+    for lookup in [shifted, past] {
+        let lookup = ipc_bytes(&keys_batch(&lookup));
+        refused(
+            &rebuilt(&good, |name, own| match name {
+                TRIE => None,
+                LOOKUP => Some(lookup.clone()),
+                _ => Some(own.to_vec()),
+            }),
+            TrieState::Missing,
+        );
+    }
 }
