@@ -406,6 +406,25 @@ impl<R: ReadAt> Archive<R> {
         Ok(lo)
     }
 
+    /// First lookup row whose path is not less than `prefix`. Before version
+    /// 4 the trie names a path's first lookup row; from then its first data
+    /// row, which in an archive written in one batch (every `compress`) is
+    /// the same number. Either way the row is only taken when the lookup
+    /// agrees that it is that path's first; otherwise a binary search finds it.
+    fn lookup_start(&self, prefix: &str) -> Result<u64> {
+        if let Some(t) = &self.trie().1 {
+            if let Some((path, r)) = t.first_from(prefix)? {
+                let first = r < self.rows
+                    && self.lookup_path(r)? == path
+                    && (r == 0 || self.lookup_path(r - 1)? < path.as_str());
+                if first {
+                    return Ok(r);
+                }
+            }
+        }
+        self.partition(prefix)
+    }
+
     /// The trie, when it names lookup rows (before version 4).
     fn lookup_trie(&self) -> Option<&Trie> {
         self.trie().1.as_ref().filter(|_| self.version < 4)
@@ -534,7 +553,7 @@ impl<R: ReadAt> Archive<R> {
     /// order. Reads the lookup's batches from the first such path on.
     pub fn entries(&self, prefix: &str) -> Result<Vec<Entry>> {
         let mut out: Vec<Entry> = Vec::new();
-        let mut r = self.partition(prefix)?;
+        let mut r = self.lookup_start(prefix)?;
         while r < self.rows {
             let (b, i) = self.lookup_at(r)?;
             let path = b.keys().path(i);

@@ -49,6 +49,16 @@ impl Trie {
     }
 
     /// Every `(path, first_row)` whose path starts with `prefix`, in order.
+    /// The first key not less than `key`, and its value.
+    pub(crate) fn first_from(&self, key: &str) -> Result<Option<(String, u64)>> {
+        guarded(|| {
+            let mut stream = self.0.range().ge(key).into_stream();
+            stream
+                .next()
+                .map(|(k, v)| (String::from_utf8_lossy(k).into_owned(), v))
+        })
+    }
+
     pub(crate) fn prefix(&self, prefix: &str) -> Result<Vec<(String, u64)>> {
         guarded(|| {
             let mut out = Vec::new();

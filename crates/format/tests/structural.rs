@@ -124,10 +124,13 @@ fn list_meta_and_get_cost_the_same_for_payloads_100x_apart() {
 }
 
 #[test]
-fn get_reads_one_data_batch_and_nothing_of_the_lookup() {
-    // 150,000 files make 586 batches of the data sub-index. Since format
-    // version 4 a get goes from the trie to its file's data row: it must read
-    // one data batch, and not a byte of the lookup.
+fn get_and_a_listing_with_sizes_each_read_a_batch_or_two_of_one_section() {
+    // 150,000 files make 586 batches of the data sub-index and of the lookup.
+    // Since format version 4 a get goes from the trie to its file's data row:
+    // one data batch, and not a byte of the lookup. A listing with sizes
+    // reads the lookup from the prefix's first row, which the trie's row
+    // number finds without a binary search in an archive written in one
+    // batch: a batch or two of the lookup, and nothing of the data.
     let files: Vec<(String, Vec<u8>)> = (0..150_000)
         .map(|i| (format!("f/{i:06}"), i.to_string().into_bytes()))
         .collect();
@@ -146,24 +149,50 @@ fn get_reads_one_data_batch_and_nothing_of_the_lookup() {
             .clone()
     };
     let (lookup, data) = (section(znippy_format::LOOKUP), section("files"));
-    src.take();
-    let mut out = Vec::new();
-    a.read_file("f/140000", &mut out).unwrap();
-    assert_eq!(out, b"140000");
-    let reads = src.take();
-    let within = |s: &znippy_format::SectionEntry| -> u64 {
+    let within = |reads: &[(u64, u64)], s: &znippy_format::SectionEntry| -> u64 {
         reads
             .iter()
             .filter(|r| r.0 >= s.index_offset && r.0 < s.index_offset + s.index_len)
             .map(|r| r.1)
             .sum()
     };
-    assert_eq!(within(&lookup), 0, "a get reads nothing of the lookup");
+    a.list("").unwrap();
+    src.take();
+
+    let mut out = Vec::new();
+    a.read_file("f/140000", &mut out).unwrap();
+    assert_eq!(out, b"140000");
+    let reads = src.take();
+    assert_eq!(
+        within(&reads, &lookup),
+        0,
+        "a get reads nothing of the lookup"
+    );
+    let read = within(&reads, &data);
     assert!(
-        within(&data) > 0 && within(&data) * 100 < data.index_len,
-        "read {} of {} data bytes",
-        within(&data),
+        read > 0 && read * 100 < data.index_len,
+        "a get read {read} of {} data bytes",
         data.index_len
+    );
+
+    let listed = a.entries("f/1400").unwrap();
+    assert_eq!(listed.len(), 100);
+    assert_eq!(listed[0].path, "f/140000");
+    let reads = src.take();
+    assert_eq!(
+        within(&reads, &data),
+        0,
+        "a listing reads nothing of the data"
+    );
+    // The lookup's footer (two reads: its length, then itself) and at most
+    // two batches; a binary search would decode ten.
+    let in_lookup: Vec<_> = reads
+        .iter()
+        .filter(|r| r.0 >= lookup.index_offset && r.0 < lookup.index_offset + lookup.index_len)
+        .collect();
+    assert!(
+        in_lookup.len() <= 4,
+        "a listing read {in_lookup:?} of the lookup"
     );
 }
 
