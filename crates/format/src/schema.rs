@@ -75,20 +75,25 @@ pub fn base_schema() -> SchemaRef {
 }
 
 /// Columns of the lookup from version 4: the path, where its row is in the
-/// data sub-index, and what a listing shows. Before version 4 the lookup holds
-/// the [`base_schema`].
+/// data sub-index, and what a listing shows, each as the base columns have
+/// it. Before version 4 the lookup holds the [`base_schema`].
 pub fn lookup_schema() -> SchemaRef {
     static S: LazyLock<SchemaRef> = LazyLock::new(|| {
-        Arc::new(with_version(
-            vec![
-                Field::new("relative_path", DataType::Utf8, false),
-                Field::new("chunk_seq", DataType::UInt64, false),
-                Field::new("fdata_offset", DataType::UInt64, false),
-                Field::new("uncompressed_size", DataType::UInt64, false),
-                Field::new("mode", DataType::UInt32, true),
-            ],
-            HashMap::new(),
-        ))
+        let base = base_schema();
+        let keep = [
+            "relative_path",
+            "chunk_seq",
+            "fdata_offset",
+            "uncompressed_size",
+            "mode",
+        ];
+        let fields = base
+            .fields()
+            .iter()
+            .filter(|f| keep.contains(&f.name().as_str()))
+            .map(|f| f.as_ref().clone())
+            .collect();
+        Arc::new(with_version(fields, HashMap::new()))
     });
     S.clone()
 }
