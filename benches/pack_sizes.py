@@ -12,9 +12,11 @@ compresses every pack on its own with `zstd -3`, for pack sizes 2 MiB,
 1 MiB, 512 KiB and 256 KiB: once plain, once with a 112 KiB dictionary that
 `zstd --train` made from every fourth file under 64 KiB (at most 5,000). It
 prints the sum of the compressed packs, which is what an archive's blob
-region would hold (without znippy's dedupe). DIR defaults to the cargo
-registry's source cache. Knob: BENCH_DIR (default /tmp/znippy-packs),
-removed at the end.
+region would hold (without znippy's dedupe). Then, for the first twelve
+2 MiB packs, what each costs cut in two or four: the signal a per-archive
+choice of pack size would have to read from the start of the data. DIR
+defaults to the cargo registry's source cache. Knob: BENCH_DIR (default
+/tmp/znippy-packs), removed at the end.
 """
 
 import os
@@ -68,6 +70,27 @@ def compressed(packs, out, dictionary=None):
     return sum(p.stat().st_size for p in out.iterdir())
 
 
+def zstd_size(data):
+    return len(subprocess.run(["zstd", "-3", "-q", "-c"], input=data, check=True,
+                              capture_output=True).stdout)
+
+
+def window_costs(packs):
+    """(whole, halves / whole, quarters / whole) of the first 12 full packs."""
+    rows = []
+    for p in sorted(packs.iterdir()):
+        data = p.read_bytes()
+        if len(data) < SIZES[0] * 3 // 4:
+            continue
+        whole = zstd_size(data)
+        cut = [sum(zstd_size(data[i:i + len(data) // k]) for i in range(0, len(data), len(data) // k))
+               for k in (2, 4)]
+        rows.append((whole, cut[0] / whole, cut[1] / whole))
+        if len(rows) == 12:
+            break
+    return rows
+
+
 def main():
     src = Path(sys.argv[1]) if len(sys.argv) > 1 else default_dir()
     shutil.rmtree(BENCH_DIR, ignore_errors=True)
@@ -88,6 +111,8 @@ def main():
             plain = compressed(packs, BENCH_DIR / f"plain-{pack}")
             with_dict = compressed(packs, BENCH_DIR / f"dict-{pack}", dictionary)
             rows.append((pack, n, plain, with_dict))
+            if pack == SIZES[0]:
+                windows = window_costs(packs)
             shutil.rmtree(packs)
     finally:
         shutil.rmtree(BENCH_DIR, ignore_errors=True)
@@ -100,6 +125,12 @@ def main():
     for pack, n, plain, with_dict in rows:
         print(f"| {pack >> 10} KiB | {n} | {plain / 1e6:.2f} | {plain / base:.3f}x | "
               f"{with_dict / 1e6:.2f} | {with_dict / base:.3f}x |")
+
+    print("\nThe first full 2 MiB packs, each compressed whole and cut in two or four:\n")
+    print("| pack | zstd -3, bytes | in two | in four |")
+    print("|---:|---:|---:|---:|")
+    for i, (whole, two, four) in enumerate(windows):
+        print(f"| {i} | {whole} | {two:.3f}x | {four:.3f}x |")
 
 
 if __name__ == "__main__":
