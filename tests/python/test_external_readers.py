@@ -48,7 +48,7 @@ def tree(tmp_path_factory):
         "empty": b"",
         "data/b.csv": b"id,name\n1,x\n2,y\n",
         "data/sub/deeper/c.json": b'{"k": [1, 2, 3]}\n',
-        # Random (so no two 2 MiB chunks dedupe) and > 2 MiB: several slices.
+        # Random (so no two chunks dedupe) and larger than a chunk (1.5 MiB): several slices.
         LARGE: rng.randbytes(5 * 1024 * 1024 + 12345),
         UNICODE: "héllo wörld\n".encode(),
     }
@@ -71,6 +71,13 @@ def archive(tree, tmp_path_factory):
         cmd += ["--meta-archive", f"{key}={text}"]
     subprocess.run(cmd, check=True, capture_output=True)
     return out
+
+
+def slices_of(archive, size):
+    """How many pieces a file of `size` bytes is cut into: the archive records
+    the piece size in its manifest's schema metadata."""
+    chunk = int(ri.read_manifest(archive).schema.metadata[b"znippy.chunk_size"])
+    return chunk, -(-size // chunk)
 
 
 @pytest.fixture(scope="module")
@@ -126,7 +133,7 @@ def test_lookup_is_the_data_rows_sorted_by_path(data, lookup):
     assert [by_row[r["chunk_seq"]] for r in rows] == rows
 
 
-def test_duckdb_joins_the_lookup_to_the_data_rows(data, lookup, tree):
+def test_duckdb_joins_the_lookup_to_the_data_rows(archive, data, lookup, tree):
     _, files = tree
     con = duckdb.connect()
     con.register("lookup", lookup)
@@ -143,8 +150,8 @@ def test_duckdb_joins_the_lookup_to_the_data_rows(data, lookup, tree):
         " WHERE l.relative_path = ?",
         [LARGE],
     ).fetchone()
-    chunk = 2 * 1024 * 1024  # the default chunk_size
-    assert count == -(-len(files[LARGE]) // chunk) > 1
+    chunk, slices = slices_of(archive, len(files[LARGE]))
+    assert count == slices > 1
     assert total == len(files[LARGE]), "random bytes are stored raw"
     # The example's helper gives the same rows, in file order.
     rows = ri.query_slices(data, LARGE)
@@ -221,10 +228,12 @@ def test_cli_list_agrees_with_lookup(archive, lookup):
     assert set(out.splitlines()) == set(lookup.column("relative_path").to_pylist())
 
 
-def test_example_script_runs(archive):
+def test_example_script_runs(archive, tree):
+    _, files = tree
     res = subprocess.run([sys.executable, str(EXAMPLE), str(archive), LARGE],
                          capture_output=True, text=True, encoding="utf-8")
     assert res.returncode == 0, res.stderr
     assert ri.LOOKUP in res.stdout and ri.META in res.stdout
-    assert f"{LARGE}: 3 slice(s)" in res.stdout
+    _, slices = slices_of(archive, len(files[LARGE]))
+    assert f"{LARGE}: {slices} slice(s)" in res.stdout
     assert "meta lic (str) = MIT" in res.stdout

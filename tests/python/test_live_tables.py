@@ -26,7 +26,7 @@ BATCH1 = {
     "gone.txt": b"to be removed\n",
     "empty": b"",
     "docs/read me.txt": "héllo wörld\n".encode(),
-    BIG: random.Random(7).randbytes(5 * 1024 * 1024 + 123),  # > 2 MiB: slices
+    BIG: random.Random(7).randbytes(5 * 1024 * 1024 + 123),  # > 1.5 MiB: slices
 }
 META1 = ["a.txt=lic=MIT", f"{BIG}=stars=42", "gone.txt=ratio=1.5", "empty=ok=true"]
 BATCH2 = {"a.txt": b"replaced, and longer\n", "new/c.txt": b"c" * 1000}

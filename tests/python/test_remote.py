@@ -54,7 +54,8 @@ def compress(tmp_path, name, files):
         (root / p).write_bytes(data)
     out = tmp_path / "served" / f"{name}.znippy"
     out.parent.mkdir(exist_ok=True)
-    subprocess.run([znippy_bin(), "compress", str(root), "-o", str(out),
+    # The piece size the requests counted below assume, whatever the default.
+    subprocess.run([znippy_bin(), "compress", str(root), "-o", str(out), "--chunk-size", str(PIECE),
                     "--meta", "src/m000/f00001.txt=lang=en", "--meta-archive", "built=42"],
                    check=True, capture_output=True)
     return out

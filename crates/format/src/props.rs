@@ -29,7 +29,7 @@ pub struct ArchiveProps {
 impl Default for ArchiveProps {
     fn default() -> Self {
         ArchiveProps {
-            chunk_size: 2 << 20,
+            chunk_size: 1536 << 10,
             pack_threshold: 512 << 10,
             level: 3,
         }

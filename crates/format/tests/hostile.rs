@@ -381,7 +381,7 @@ fn writers_refuse_bad_paths_and_properties() {
             ..ArchiveProps::default()
         },
         ArchiveProps {
-            pack_threshold: 2 << 20,
+            pack_threshold: ArchiveProps::default().chunk_size,
             ..ArchiveProps::default()
         },
         ArchiveProps {

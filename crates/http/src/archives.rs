@@ -24,7 +24,7 @@ pub(crate) struct Create {
     #[schema(schema_with = archive_id)]
     id: String,
     /// Size of the pieces large files are cut into, in bytes, 4096 to 67108864 (default
-    /// 2097152; null is the default). The service also refuses properties whose appends would
+    /// 1572864; null is the default). The service also refuses properties whose appends would
     /// need more than its whole --engine-memory (bad_property).
     #[schema(minimum = 4096, maximum = 67108864)]
     chunk_size: Option<u64>,
