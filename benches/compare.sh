@@ -22,7 +22,7 @@
 #   BENCH_D_GIB     set d: size of the generated file in GiB (default 4)
 #   BENCH_E_FILES   set e: number of files (default 20000)
 #   BENCH_ZNIPPY_ARGS  more arguments for every `znippy compress`, split on
-#                   spaces (e.g. "--chunk-size 1572864"; default none)
+#                   spaces (e.g. "--chunk-size 1048576"; default none)
 #
 # Data sets:
 #   a  the cargo registry's source cache (many small text files)
