@@ -75,6 +75,12 @@ def zstd_size(data):
                               capture_output=True).stdout)
 
 
+def parts(data, k):
+    """`data` cut into `k` pieces of (nearly) equal size."""
+    step = -(-len(data) // k)
+    return [data[i:i + step] for i in range(0, len(data), step)]
+
+
 def window_costs(packs):
     """(whole, halves / whole, quarters / whole) of the first 12 full packs."""
     rows = []
@@ -83,8 +89,7 @@ def window_costs(packs):
         if len(data) < SIZES[0] * 3 // 4:
             continue
         whole = zstd_size(data)
-        cut = [sum(zstd_size(data[i:i + len(data) // k]) for i in range(0, len(data), len(data) // k))
-               for k in (2, 4)]
+        cut = [sum(zstd_size(part) for part in parts(data, k)) for k in (2, 4)]
         rows.append((whole, cut[0] / whole, cut[1] / whole))
         if len(rows) == 12:
             break

@@ -48,7 +48,6 @@ impl Trie {
         guarded(|| self.0.get(path))
     }
 
-    /// Every `(path, first_row)` whose path starts with `prefix`, in order.
     /// The first key not less than `key`, and its value.
     pub(crate) fn first_from(&self, key: &str) -> Result<Option<(String, u64)>> {
         guarded(|| {
@@ -59,6 +58,7 @@ impl Trie {
         })
     }
 
+    /// Every `(path, first_row)` whose path starts with `prefix`, in order.
     pub(crate) fn prefix(&self, prefix: &str) -> Result<Vec<(String, u64)>> {
         guarded(|| {
             let mut out = Vec::new();
