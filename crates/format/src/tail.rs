@@ -68,81 +68,46 @@ const LOOKUP_BATCH_ROWS_BEFORE_V3: usize = 1_024;
 /// data sub-index comes first, in batches of 65,536 rows, the lookup repeats
 /// every base column, and the trie names lookup rows.
 pub(crate) fn write_tail_as(out: &mut dyn Write, tail: Tail<'_>, version: u32) -> Result<TailInfo> {
-    check_rows(&tail, version)?;
+    // The checks and the data sub-index need nothing from the lookup and the
+    // trie: they are made side by side, on the cores the compression pool
+    // has just left, and nothing is written until both are done. The bytes
+    // depend on the rows only, not on which thread made them.
+    let (checked_data, index) = std::thread::scope(|s| {
+        let side = s.spawn(|| {
+            check_rows(&tail, version)?;
+            encode_data(tail.rows, version)
+        });
+        let index = encode_index(tail.rows, version);
+        let side = side
+            .join()
+            .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
+        (side, index)
+    });
+    let data = checked_data?;
+    let Index {
+        lookup,
+        trie,
+        paths,
+    } = index?;
+
     let mut w = Aligned {
         out,
         pos: tail.blob_end,
         hash: blake3::Hasher::new(),
     };
-    let mut sections = Vec::new();
     let rows = tail.rows.len() as u64;
-
-    let mut sorted: Vec<&SliceRow> = tail.rows.iter().collect();
-    sorted.sort_unstable_by(|a, b| {
-        (a.relative_path.as_str(), a.fdata_offset).cmp(&(b.relative_path.as_str(), b.fdata_offset))
-    });
-    let data_rows = if version >= 4 {
-        SMALL_BATCH_ROWS
-    } else {
-        BATCH_ROWS
-    };
-    let data = ipc::encode(
-        &base_schema(),
-        &row::to_batch(tail.rows.iter())?,
-        Body::Zstd,
-        data_rows,
-        version,
-    )?;
-    let push_data = |w: &mut Aligned<'_>| {
-        w.section(
-            schema::DEFAULT_PKG_TYPE,
-            schema::DEFAULT_REPO,
-            schema::DEFAULT_MODULE,
-            &data,
-            rows,
-        )
-    };
+    let mut sections = Vec::new();
     if version >= 4 {
         // The lookup goes first, so that the data sub-index's Arrow footer,
         // the trie and the manifest, all a `get` reads besides one data batch,
         // end the archive together (a remote reader's first request).
-        let lookup = ipc::encode(
-            &lookup_schema(),
-            &row::to_lookup_batch(sorted.iter().copied())?,
-            Body::Zstd,
-            SMALL_BATCH_ROWS,
-            version,
-        )?;
         sections.push(w.reserved(schema::LOOKUP, &lookup, rows)?);
-        sections.push(push_data(&mut w)?);
+        sections.push(w.data(&data, rows)?);
     } else {
-        sections.push(push_data(&mut w)?);
-        let (body, batch_rows) = if version == 3 {
-            (Body::Zstd, SMALL_BATCH_ROWS)
-        } else {
-            (Body::Plain, LOOKUP_BATCH_ROWS_BEFORE_V3)
-        };
-        let lookup = ipc::encode(
-            &base_schema(),
-            &row::to_batch(sorted.iter().copied())?,
-            body,
-            batch_rows,
-            version,
-        )?;
+        sections.push(w.data(&data, rows)?);
         sections.push(w.reserved(schema::LOOKUP, &lookup, rows)?);
     }
-
-    // Each path's first slice: from version 4 the trie names its data row
-    // (its chunk_seq), before that its lookup row.
-    let mut firsts: Vec<(&str, u64)> = Vec::new();
-    for (i, r) in sorted.iter().enumerate() {
-        if firsts.last().is_none_or(|(p, _)| *p != r.relative_path) {
-            let at = if version >= 4 { r.chunk_seq } else { i as u64 };
-            firsts.push((&r.relative_path, at));
-        }
-    }
-    let trie = trie::build(firsts.iter().copied())?;
-    sections.push(w.reserved(schema::TRIE, &trie, firsts.len() as u64)?);
+    sections.push(w.reserved(schema::TRIE, &trie, paths)?);
 
     if let Metadata::Present(table) = tail.meta {
         let meta = ipc::encode(
@@ -174,6 +139,75 @@ pub(crate) fn write_tail_as(out: &mut dyn Write, tail: Tail<'_>, version: u32) -
         manifest_offset,
         archive_len: w.pos,
         identity: *w.hash.finalize().as_bytes(),
+    })
+}
+
+/// The data sub-index: every row in chunk_seq order.
+fn encode_data(rows: &[SliceRow], version: u32) -> Result<Vec<u8>> {
+    let batch_rows = if version >= 4 {
+        SMALL_BATCH_ROWS
+    } else {
+        BATCH_ROWS
+    };
+    ipc::encode(
+        &base_schema(),
+        &row::to_batch(rows.iter())?,
+        Body::Zstd,
+        batch_rows,
+        version,
+    )
+}
+
+/// The sections a path is looked up through.
+struct Index {
+    lookup: Vec<u8>,
+    trie: Vec<u8>,
+    /// Distinct paths: the trie's keys.
+    paths: u64,
+}
+
+/// The lookup (rows by path) and the trie (each path's first slice).
+fn encode_index(rows: &[SliceRow], version: u32) -> Result<Index> {
+    let mut sorted: Vec<&SliceRow> = rows.iter().collect();
+    sorted.sort_unstable_by(|a, b| {
+        (a.relative_path.as_str(), a.fdata_offset).cmp(&(b.relative_path.as_str(), b.fdata_offset))
+    });
+    let lookup = if version >= 4 {
+        ipc::encode(
+            &lookup_schema(),
+            &row::to_lookup_batch(sorted.iter().copied())?,
+            Body::Zstd,
+            SMALL_BATCH_ROWS,
+            version,
+        )?
+    } else {
+        let (body, batch_rows) = if version == 3 {
+            (Body::Zstd, SMALL_BATCH_ROWS)
+        } else {
+            (Body::Plain, LOOKUP_BATCH_ROWS_BEFORE_V3)
+        };
+        ipc::encode(
+            &base_schema(),
+            &row::to_batch(sorted.iter().copied())?,
+            body,
+            batch_rows,
+            version,
+        )?
+    };
+
+    // Each path's first slice: from version 4 the trie names its data row
+    // (its chunk_seq), before that its lookup row.
+    let mut firsts: Vec<(&str, u64)> = Vec::new();
+    for (i, r) in sorted.iter().enumerate() {
+        if firsts.last().is_none_or(|(p, _)| *p != r.relative_path) {
+            let at = if version >= 4 { r.chunk_seq } else { i as u64 };
+            firsts.push((&r.relative_path, at));
+        }
+    }
+    Ok(Index {
+        lookup,
+        trie: trie::build(firsts.iter().copied())?,
+        paths: firsts.len() as u64,
     })
 }
 
@@ -307,6 +341,16 @@ impl Aligned<'_> {
         };
         self.write(bytes)?;
         Ok(entry)
+    }
+
+    fn data(&mut self, bytes: &[u8], rows: u64) -> Result<SectionEntry> {
+        self.section(
+            schema::DEFAULT_PKG_TYPE,
+            schema::DEFAULT_REPO,
+            schema::DEFAULT_MODULE,
+            bytes,
+            rows,
+        )
     }
 
     fn reserved(&mut self, name: &str, bytes: &[u8], rows: u64) -> Result<SectionEntry> {
