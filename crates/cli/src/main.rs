@@ -12,8 +12,8 @@ use anyhow::{bail, Context, Result};
 use clap::{Args, Parser, Subcommand};
 use znippy_cli::{gather, meta_args, threads};
 use znippy_format::{
-    extract_all_with, scan_dir, undo_path, Archive, ArchiveProps, ExtractOptions, InputFile,
-    MetaUpdate, Metadata, Recovery, Scan, ScanOptions, TarEntries,
+    extract_all_with, undo_path, walk, Archive, ArchiveProps, ExtractOptions, Found, InputFile,
+    MetaUpdate, Metadata, Recovery, Scan, ScanOptions, Skipped, TarEntries,
 };
 
 use znippy_cli::progress::Progress;
@@ -260,12 +260,13 @@ fn compress(args: CompressArgs) -> Result<()> {
         Some(t) => Metadata::Present(t),
         None => Metadata::Absent,
     };
+    let bar = Progress::new(0, "compress");
     let (batch, total) = match (&dir, &tar) {
         (_, Some(tar)) => tar_batch(tar)?,
-        (Some(dir), None) => files_batch(scan_dir(dir, tree.options())?),
+        (Some(dir), None) => walk_batch(dir, tree.options(), &bar),
         (None, None) => bail!("give a directory or --tar"),
     };
-    let bar = Progress::new(total, "compress");
+    bar.grow(total);
     let tmp = output.with_extension("znippy.partial");
     let out = File::create(&tmp).with_context(|| format!("creating {}", tmp.display()))?;
     let mut out = BufWriter::new(out);
@@ -361,19 +362,72 @@ type Batch = (
 /// The entries a scan found, after a warning line for each one it skipped.
 fn files_batch(scan: Scan) -> Batch {
     for s in &scan.skipped {
-        eprintln!("znippy: skipped {}: {}", s.disk_path.display(), s.reason);
+        eprintln!("{}", skipped_line(s));
     }
     if !scan.skipped.is_empty() {
-        eprintln!(
-            "znippy: {} entries skipped (--strict makes that an error)",
-            scan.skipped.len()
-        );
+        eprintln!("{}", skipped_total(scan.skipped.len()));
     }
     let total = scan.files.iter().map(|f| f.size).sum();
     (
         Box::new(scan.files.into_iter().map(|f| Ok(f.input()))),
         total,
     )
+}
+
+/// Entries handed over at a time: one hand-over, and at most one wake-up of
+/// the other thread, per this many files.
+const WALK_CHUNK: usize = 256;
+/// Chunks a directory's walk may be ahead of the engine.
+const WALK_AHEAD: usize = 256;
+
+/// A directory's entries as a walk on a thread of its own finds them, so the
+/// engine compresses the first files while the walk goes on, instead of
+/// waiting for the whole tree to be listed (a tenth of a compress of a source
+/// tree). The bar's total grows as files are found.
+fn walk_batch(dir: &Path, opts: ScanOptions, bar: &Progress) -> Batch {
+    let (tx, rx) = std::sync::mpsc::sync_channel(WALK_AHEAD);
+    let (dir, bar) = (dir.to_path_buf(), bar.clone());
+    std::thread::spawn(move || {
+        let mut chunk = Vec::with_capacity(WALK_CHUNK);
+        let mut skipped = 0;
+        let walked = walk(&dir, opts, &mut |found| {
+            match found {
+                Found::Entry(f) => {
+                    bar.grow(f.size);
+                    chunk.push(Ok(f.input()));
+                    if chunk.len() == WALK_CHUNK {
+                        let full = std::mem::replace(&mut chunk, Vec::with_capacity(WALK_CHUNK));
+                        // The engine stopped (it failed, and says why): so does the walk.
+                        tx.send(full).map_err(|_| znippy_format::Error::Io {
+                            context: "handing the walk over".into(),
+                            source: std::io::ErrorKind::BrokenPipe.into(),
+                        })?;
+                    }
+                }
+                Found::Skipped(s) => {
+                    skipped += 1;
+                    bar.println(&skipped_line(&s));
+                }
+            }
+            Ok(())
+        });
+        if skipped > 0 {
+            bar.println(&skipped_total(skipped));
+        }
+        if let Err(e) = walked {
+            chunk.push(Err(e));
+        }
+        let _ = tx.send(chunk);
+    });
+    (Box::new(rx.into_iter().flatten()), 0)
+}
+
+fn skipped_line(s: &Skipped) -> String {
+    format!("znippy: skipped {}: {}", s.disk_path.display(), s.reason)
+}
+
+fn skipped_total(n: usize) -> String {
+    format!("znippy: {n} entries skipped (--strict makes that an error)")
 }
 
 /// A tar archive's files, in the stream's order; `-` is standard input.

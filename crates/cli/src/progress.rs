@@ -6,6 +6,7 @@ use std::time::{Duration, Instant};
 use indicatif::{ProgressBar, ProgressStyle};
 
 /// A byte-progress bar that exists only when stderr is a terminal.
+#[derive(Clone)]
 pub struct Progress {
     bar: Option<ProgressBar>,
     start: Instant,
@@ -26,6 +27,21 @@ impl Progress {
         Progress {
             bar,
             start: Instant::now(),
+        }
+    }
+
+    /// Adds `n` bytes to the total, as they are found.
+    pub fn grow(&self, n: u64) {
+        if let Some(b) = &self.bar {
+            b.inc_length(n);
+        }
+    }
+
+    /// Prints a line to stderr above the bar.
+    pub fn println(&self, line: &str) {
+        match &self.bar {
+            Some(b) => b.println(line),
+            None => eprintln!("{line}"),
         }
     }
 

@@ -115,8 +115,43 @@ fn special(ft: &fs::FileType) -> &'static str {
     }
 }
 
+/// What a walk finds, in the order it reports it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Found {
+    /// The next entry of the batch, in byte order of archive paths.
+    Entry(ScannedFile),
+    /// An entry left out.
+    Skipped(Skipped),
+}
+
 /// Lists the entries below `root`, in byte order of their archive paths.
 pub fn scan_dir(root: &Path, opts: ScanOptions) -> Result<Scan> {
+    let mut scan = Scan::default();
+    walk(root, opts, &mut |found| {
+        match found {
+            Found::Entry(f) => scan.files.push(f),
+            Found::Skipped(s) => scan.skipped.push(s),
+        }
+        Ok(())
+    })?;
+    Ok(scan)
+}
+
+/// Walks `root` and hands each entry to `found` as soon as its place in the
+/// batch is certain, in byte order of archive paths: a compress can start on
+/// the first files while the walk goes on (on another thread). An error from
+/// `found` ends the walk with that error.
+///
+/// Each directory is listed once and its entries sorted by name, a directory
+/// as `name/`, since that is where its contents sort; one that records
+/// nothing sorts as `name` instead, and only matters when a sibling such as
+/// `name.rs` lies between the two. Only then is it looked into ahead of its
+/// turn, up to its first entry that is kept.
+pub fn walk(
+    root: &Path,
+    opts: ScanOptions,
+    found: &mut dyn FnMut(Found) -> Result<()>,
+) -> Result<()> {
     let meta =
         fs::metadata(root).map_err(|e| Error::io(format!("opening {}", root.display()), e))?;
     if !meta.is_dir() {
@@ -124,114 +159,218 @@ pub fn scan_dir(root: &Path, opts: ScanOptions) -> Result<Scan> {
     }
     let mut walk = Walk {
         opts,
-        scan: Scan::default(),
+        found,
         ancestors: HashSet::from([(meta.dev(), meta.ino())]),
     };
     walk.dir(root, "")?;
-    walk.scan.files.sort_unstable_by(|a, b| a.path.cmp(&b.path));
-    Ok(walk.scan)
+    Ok(())
 }
 
-struct Walk {
+struct Walk<'a> {
     opts: ScanOptions,
-    scan: Scan,
+    found: &'a mut dyn FnMut(Found) -> Result<()>,
     /// `(dev, ino)` of the directories being walked, to refuse a loop of
     /// dereferenced links.
     ancestors: HashSet<(u64, u64)>,
 }
 
-impl Walk {
+/// One entry of a directory being walked.
+struct Child {
+    /// Where it sorts among its siblings: its name, and a directory's
+    /// trailing `/` when its contents stand for it.
+    key: String,
+    disk: PathBuf,
+    what: What,
+}
+
+enum What {
+    /// Recorded as it is.
+    Leaf {
+        kind: Kind,
+        perms: u32,
+        size: u64,
+        target: Option<Vec<u8>>,
+    },
+    /// Walked; recorded itself when it holds nothing.
+    Dir { perms: u32, id: (u64, u64) },
+}
+
+impl Child {
+    fn name(&self) -> &str {
+        match self.what {
+            What::Dir { .. } => self.key.strip_suffix('/').unwrap_or(&self.key),
+            What::Leaf { .. } => &self.key,
+        }
+    }
+}
+
+impl Walk<'_> {
     /// Walks `dir`; returns how many entries it recorded below it, or `None`
     /// when it was skipped as unreadable.
     fn dir(&mut self, dir: &Path, rel: &str) -> Result<Option<usize>> {
         let entries = match fs::read_dir(dir) {
             Ok(e) => e,
-            Err(e) if self.unreadable(dir, &e) => return Ok(None),
+            Err(e) if self.skips(&e) => {
+                self.skip(dir, "unreadable (permission denied)")?;
+                return Ok(None);
+            }
             Err(e) => return Err(Error::io(format!("listing {}", dir.display()), e)),
         };
-        let mut recorded = 0;
+        let mut children = Vec::new();
         for entry in entries {
             let entry = entry.map_err(|e| Error::io(format!("listing {}", dir.display()), e))?;
-            let disk = entry.path();
-            let name = entry
-                .file_name()
-                .into_string()
-                .map_err(|_| input_err(&disk, "file name is not UTF-8"))?;
+            match self.child(&entry)? {
+                Ok(child) => children.push(child),
+                Err((disk, reason)) => self.skip(&disk, reason)?,
+            }
+        }
+        children.sort_unstable_by(|a, b| a.name().cmp(b.name()));
+        for i in 0..children.len() {
+            let ambiguous = matches!(children[i].what, What::Dir { .. })
+                && children
+                    .get(i + 1)
+                    .is_some_and(|next| sorts_between(children[i].name(), next.name()));
+            if ambiguous && !self.holds_any(&children[i].disk)? {
+                children[i].key.pop();
+            }
+        }
+        children.sort_unstable_by(|a, b| a.key.cmp(&b.key));
+
+        let mut recorded = 0;
+        for child in children {
             let rel_path = if rel.is_empty() {
-                name
+                child.name().to_string()
             } else {
-                format!("{rel}/{name}")
+                format!("{rel}/{}", child.name())
             };
-            // lstat relative to the directory being read (statx on its fd):
-            // the kernel does not walk the whole path again for every entry,
-            // a sixth of the scan of a source tree.
-            let lmeta = entry
-                .metadata()
-                .map_err(|e| Error::io(format!("reading {}", disk.display()), e))?;
-            let meta = match (lmeta.file_type().is_symlink(), self.opts.dereference) {
-                (true, false) => {
-                    let target = fs::read_link(&disk)
-                        .map_err(|e| Error::io(format!("reading {}", disk.display()), e))?;
-                    let target = target.as_os_str().as_bytes().to_vec();
-                    let len = target.len() as u64;
-                    self.record(&disk, rel_path, Kind::Symlink, 0o777, len, Some(target))?;
+            match child.what {
+                What::Leaf {
+                    kind,
+                    perms,
+                    size,
+                    target,
+                } => {
+                    self.record(&child.disk, rel_path, kind, perms, size, target)?;
                     recorded += 1;
-                    continue;
                 }
-                (true, true) => fs::metadata(&disk).map_err(|e| {
-                    input_err(&disk, format!("cannot follow the symbolic link: {e}"))
-                })?,
-                (false, _) => lmeta,
-            };
-            let perms = meta.permissions().mode() & 0o7777;
-            let ft = meta.file_type();
-            if ft.is_dir() {
-                let id = (meta.dev(), meta.ino());
-                if !self.ancestors.insert(id) {
-                    return Err(input_err(&disk, "symbolic links make a loop here"));
-                }
-                let below = self.dir(&disk, &rel_path);
-                self.ancestors.remove(&id);
-                match below? {
-                    Some(0) => {
-                        self.record(&disk, rel_path, Kind::Dir, perms, 0, None)?;
-                        recorded += 1;
+                What::Dir { perms, id } => {
+                    if !self.ancestors.insert(id) {
+                        return Err(input_err(&child.disk, "symbolic links make a loop here"));
                     }
-                    Some(n) => recorded += n,
-                    None => {}
-                }
-            } else if ft.is_file() {
-                if self.opts.skip_unreadable {
-                    if let Err(e) = fs::File::open(&disk) {
-                        if self.unreadable(&disk, &e) {
-                            continue;
+                    let below = self.dir(&child.disk, &rel_path);
+                    self.ancestors.remove(&id);
+                    match below? {
+                        Some(0) => {
+                            self.record(&child.disk, rel_path, Kind::Dir, perms, 0, None)?;
+                            recorded += 1;
                         }
+                        Some(n) => recorded += n,
+                        None => {}
                     }
                 }
-                self.record(&disk, rel_path, Kind::File, perms, meta.len(), None)?;
-                recorded += 1;
-            } else if self.opts.strict {
-                return Err(input_err(&disk, format!("{} (--strict)", special(&ft))));
-            } else {
-                self.scan.skipped.push(Skipped {
-                    disk_path: disk,
-                    reason: special(&ft).to_string(),
-                });
             }
         }
         Ok(Some(recorded))
     }
 
-    /// Whether `e` makes `path` a skip under `skip_unreadable` (and notes it).
-    fn unreadable(&mut self, path: &Path, e: &std::io::Error) -> bool {
-        let skip = self.opts.skip_unreadable && e.kind() == std::io::ErrorKind::PermissionDenied;
-        if skip {
-            self.scan.skipped.push(Skipped {
-                disk_path: path.to_path_buf(),
-                reason: "unreadable (permission denied)".into(),
-            });
+    /// Reads one directory entry: what it is, or where and why it is skipped.
+    fn child(
+        &self,
+        entry: &fs::DirEntry,
+    ) -> Result<std::result::Result<Child, (PathBuf, &'static str)>> {
+        let disk = entry.path();
+        let name = entry
+            .file_name()
+            .into_string()
+            .map_err(|_| input_err(&disk, "file name is not UTF-8"))?;
+        // lstat relative to the directory being read (statx on its fd): the
+        // kernel does not walk the whole path again for every entry, a sixth
+        // of the scan of a source tree.
+        let lmeta = entry
+            .metadata()
+            .map_err(|e| Error::io(format!("reading {}", disk.display()), e))?;
+        let meta = match (lmeta.file_type().is_symlink(), self.opts.dereference) {
+            (true, false) => {
+                let target = fs::read_link(&disk)
+                    .map_err(|e| Error::io(format!("reading {}", disk.display()), e))?;
+                let target = target.as_os_str().as_bytes().to_vec();
+                let what = What::Leaf {
+                    kind: Kind::Symlink,
+                    perms: 0o777,
+                    size: target.len() as u64,
+                    target: Some(target),
+                };
+                return Ok(Ok(Child {
+                    key: name,
+                    disk,
+                    what,
+                }));
+            }
+            (true, true) => fs::metadata(&disk)
+                .map_err(|e| input_err(&disk, format!("cannot follow the symbolic link: {e}")))?,
+            (false, _) => lmeta,
+        };
+        let perms = meta.permissions().mode() & 0o7777;
+        let ft = meta.file_type();
+        let (key, what) = if ft.is_dir() {
+            let id = (meta.dev(), meta.ino());
+            (name + "/", What::Dir { perms, id })
+        } else if ft.is_file() {
+            if self.opts.skip_unreadable {
+                if let Err(e) = fs::File::open(&disk) {
+                    if self.skips(&e) {
+                        return Ok(Err((disk, "unreadable (permission denied)")));
+                    }
+                }
+            }
+            let what = What::Leaf {
+                kind: Kind::File,
+                perms,
+                size: meta.len(),
+                target: None,
+            };
+            (name, what)
+        } else if self.opts.strict {
+            return Err(input_err(&disk, format!("{} (--strict)", special(&ft))));
+        } else {
+            return Ok(Err((disk, special(&ft))));
+        };
+        Ok(Ok(Child { key, disk, what }))
+    }
+
+    /// Whether walking `dir` would record anything, read up to its first
+    /// entry that is kept. Where it errs, or is skipped whole, its place
+    /// does not matter: the walk stops, or records nothing for it.
+    fn holds_any(&self, dir: &Path) -> Result<bool> {
+        let Ok(entries) = fs::read_dir(dir) else {
+            return Ok(true);
+        };
+        for entry in entries {
+            let Ok(entry) = entry else {
+                return Ok(true);
+            };
+            let Ok(Ok(child)) = self.child(&entry) else {
+                continue;
+            };
+            let skipped = matches!(child.what, What::Dir { .. })
+                && fs::read_dir(&child.disk).is_err_and(|e| self.skips(&e));
+            if !skipped {
+                return Ok(true);
+            }
         }
-        skip
+        Ok(false)
+    }
+
+    /// Whether `e` makes what it is about a skip under `skip_unreadable`.
+    fn skips(&self, e: &std::io::Error) -> bool {
+        self.opts.skip_unreadable && e.kind() == std::io::ErrorKind::PermissionDenied
+    }
+
+    fn skip(&mut self, path: &Path, reason: &str) -> Result<()> {
+        (self.found)(Found::Skipped(Skipped {
+            disk_path: path.to_path_buf(),
+            reason: reason.to_string(),
+        }))
     }
 
     fn record(
@@ -244,13 +383,20 @@ impl Walk {
         target: Option<Vec<u8>>,
     ) -> Result<()> {
         path::validate(&path)?;
-        self.scan.files.push(ScannedFile {
+        (self.found)(Found::Entry(ScannedFile {
             path,
             disk_path: disk.to_path_buf(),
             size,
             mode: kind.mode(perms),
             target,
-        });
-        Ok(())
+        }))
     }
+}
+
+/// Whether a sibling named `next` sorts between a directory named `name`
+/// holding nothing (`name`) and one holding something (`name/...`).
+fn sorts_between(name: &str, next: &str) -> bool {
+    next.strip_prefix(name)
+        .and_then(|rest| rest.bytes().next())
+        .is_some_and(|b| b < b'/')
 }

@@ -12,9 +12,10 @@ use std::process::Command;
 
 use common::*;
 use znippy_format::{
-    append, compress, extract_all, scan_dir, Archive, Error, InputFile, Kind, MetaUpdate, Metadata,
-    ScanOptions, ScannedFile, S_IFLNK,
+    append, compress, extract_all, scan_dir, walk, Archive, Error, InputFile, Kind, MetaUpdate,
+    Metadata, ScanOptions, ScannedFile, S_IFLNK,
 };
+use znippy_testkit::data::Rng;
 
 fn compress_tree(dir: &Path, out: &Path, opts: ScanOptions) -> znippy_format::Result<()> {
     let scan = scan_dir(dir, opts)?;
@@ -170,6 +171,92 @@ fn strict_refuses_special_files_and_dereference_follows_links() {
         matches!(&err, Error::Input { reason, .. } if reason.contains("loop")),
         "{err}"
     );
+}
+
+/// Names that sort on both sides of `a/`: a directory `a` holding nothing
+/// sorts before `a.rs`, one holding something after it.
+const CLOSE_NAMES: [&str; 9] = ["a", "a.rs", "a-b", "a b", "a0", "a!", "b", "ab", "b.d"];
+
+/// A random tree of [`CLOSE_NAMES`]: files, links, FIFOs (skipped) and
+/// directories, some of them empty or holding only a FIFO.
+fn close_names_tree(rng: &mut Rng, dir: &Path, depth: usize) {
+    fs::create_dir_all(dir).unwrap();
+    for name in CLOSE_NAMES {
+        let p = dir.join(name);
+        match rng.below(if depth == 0 { 4 } else { 7 }) {
+            0 => {}
+            1 => fs::write(&p, name).unwrap(),
+            2 => symlink(name, &p).unwrap(),
+            3 if rng.below(4) == 0 => mkfifo(&p),
+            3 => {}
+            _ => close_names_tree(rng, &p, depth - 1),
+        }
+    }
+}
+
+/// The oracle: what a walk records below `dir`, sorted afterwards, the way
+/// a scan that collects everything first would order it.
+fn recorded_below(dir: &Path, rel: &str, out: &mut Vec<String>) -> usize {
+    let mut recorded = 0;
+    for e in fs::read_dir(dir).unwrap() {
+        let e = e.unwrap();
+        let name = e.file_name().into_string().unwrap();
+        let p = if rel.is_empty() {
+            name
+        } else {
+            format!("{rel}/{name}")
+        };
+        let ft = e.file_type().unwrap();
+        if ft.is_dir() {
+            if recorded_below(&e.path(), &p, out) == 0 {
+                out.push(p);
+            }
+            recorded += 1;
+        } else if ft.is_file() || ft.is_symlink() {
+            out.push(p);
+            recorded += 1;
+        }
+    }
+    recorded
+}
+
+#[test]
+fn the_walk_hands_entries_over_in_path_order_as_it_goes() {
+    let tmp = tempfile::tempdir().unwrap();
+    // Round 0: a directory holding only a FIFO records itself, as an empty
+    // one does, before its sibling `a.rs`.
+    let fixed = tmp.path().join("0");
+    fs::create_dir_all(fixed.join("a")).unwrap();
+    mkfifo(&fixed.join("a/pipe"));
+    fs::create_dir_all(fixed.join("b")).unwrap();
+    fs::write(fixed.join("a.rs"), "x").unwrap();
+    fs::write(fixed.join("b.d"), "x").unwrap();
+    let mut rng = Rng::new(7);
+    for round in 0..16 {
+        let root = tmp.path().join(round.to_string());
+        if round > 0 {
+            close_names_tree(&mut rng, &root, 2);
+        }
+        let mut want = Vec::new();
+        recorded_below(&root, "", &mut want);
+        want.sort();
+        let scan = scan_dir(&root, ScanOptions::default()).unwrap();
+        let got: Vec<&str> = scan.files.iter().map(|f| f.path.as_str()).collect();
+        assert_eq!(got, want, "round {round}: byte order of paths, as walked");
+    }
+
+    // An error from the receiver ends the walk at once, with that error.
+    let mut seen = 0;
+    let err = walk(tmp.path(), ScanOptions::default(), &mut |_| {
+        seen += 1;
+        Err(Error::Input {
+            path: "receiver".into(),
+            reason: "gone".into(),
+        })
+    })
+    .unwrap_err();
+    assert!(matches!(&err, Error::Input { path, .. } if path == "receiver"));
+    assert_eq!(seen, 1);
 }
 
 fn file(path: &str, bytes: &[u8], mode: u32) -> znippy_format::Result<InputFile> {
