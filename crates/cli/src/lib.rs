@@ -28,10 +28,25 @@ pub fn exit(result: Result<ExitCode>, is_meta: bool) -> ExitCode {
         Ok(code) => code,
         Err(e) if stopped_reading(&e) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("znippy: {e:#}");
+            eprintln!("znippy: {}", message(&e));
             ExitCode::from(if is_meta { 3 } else { 1 })
         }
     }
+}
+
+/// The error and its causes, each said once: the libraries' I/O errors end
+/// their own message with their source (`opening x: No such file ...`),
+/// which the chain then names again.
+fn message(e: &anyhow::Error) -> String {
+    let mut out = e.to_string();
+    for cause in e.chain().skip(1) {
+        let cause = cause.to_string();
+        if !out.ends_with(&cause) {
+            out.push_str(": ");
+            out.push_str(&cause);
+        }
+    }
+    out
 }
 
 /// Whether `e` is a write to a pipe whose reader has gone (Rust ignores

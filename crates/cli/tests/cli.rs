@@ -183,6 +183,19 @@ fn get_list_info_and_help() {
         err.starts_with("compressed 5 files") && err.contains("MB/s"),
         "{err}"
     );
+
+    // An error says each of its causes once, and leaves no partial archive.
+    let gone = tmp.path().join("gone");
+    let out = znippy(&["compress", s(&gone), "-o", s(&tmp.path().join("g.znippy"))]);
+    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(
+        String::from_utf8_lossy(&out.stderr),
+        format!(
+            "znippy: opening {}: No such file or directory (os error 2)\n",
+            gone.display()
+        )
+    );
+    assert!(!tmp.path().join("g.znippy.partial").exists());
 }
 
 /// Runs `znippy args` with its stdout a pipe whose reader is gone before
