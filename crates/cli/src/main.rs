@@ -377,8 +377,10 @@ fn files_batch(scan: Scan) -> Batch {
 /// Entries handed over at a time: one hand-over, and at most one wake-up of
 /// the other thread, per this many files.
 const WALK_CHUNK: usize = 256;
-/// Chunks a directory's walk may be ahead of the engine.
-const WALK_AHEAD: usize = 256;
+/// Chunks a directory's walk may be ahead of the engine: it lists a tree
+/// about ten times as fast as the engine reads it, so a few chunks keep the
+/// engine fed, and the entries in memory do not grow with the tree.
+const WALK_AHEAD: usize = 16;
 
 /// A directory's entries as a walk on a thread of its own finds them, so the
 /// engine compresses the first files while the walk goes on, instead of
