@@ -389,7 +389,7 @@ const WALK_AHEAD: usize = 16;
 fn walk_batch(dir: &Path, opts: ScanOptions, bar: &Progress) -> Batch {
     let (tx, rx) = std::sync::mpsc::sync_channel(WALK_AHEAD);
     let (dir, bar) = (dir.to_path_buf(), bar.clone());
-    std::thread::spawn(move || {
+    let walker = std::thread::spawn(move || {
         let mut chunk = Vec::with_capacity(WALK_CHUNK);
         let mut skipped = 0;
         let walked = walk(&dir, opts, &mut |found| {
@@ -421,7 +421,16 @@ fn walk_batch(dir: &Path, opts: ScanOptions, bar: &Progress) -> Batch {
         }
         let _ = tx.send(chunk);
     });
-    (Box::new(rx.into_iter().flatten()), 0)
+    // A walk that died without its last word is an error, not a shorter batch.
+    let died = std::iter::once_with(move || walker.join()).filter_map(|joined| {
+        joined.err().map(|_| {
+            Err(znippy_format::Error::Io {
+                context: "walking the directory".into(),
+                source: std::io::Error::other("the walk stopped before its end"),
+            })
+        })
+    });
+    (Box::new(rx.into_iter().flatten().chain(died)), 0)
 }
 
 fn skipped_line(s: &Skipped) -> String {
