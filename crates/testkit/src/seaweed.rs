@@ -10,11 +10,15 @@
 //! `None`, so that `cargo test -p <crate>` stays usable before the
 //! virtualenv exists.
 
+use std::collections::BTreeSet;
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::{Mutex, PoisonError};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use crate::data::Rng;
 
 /// The access key pair the server is started with: its S3 credentials and
 /// its REST catalog's OAuth2 client credentials alike.
@@ -39,8 +43,8 @@ pub struct Seaweed {
 
 impl Seaweed {
     /// Starts a server and waits until both its S3 API and its catalog
-    /// answer; `None` (with a message) if no `weed` binary is found outside
-    /// CI.
+    /// answer, up to three times on fresh ports if it exits first;
+    /// `None` (with a message) if no `weed` binary is found outside CI.
     pub fn start() -> Option<Seaweed> {
         let Some(weed) = binary() else {
             assert!(
@@ -50,10 +54,24 @@ impl Seaweed {
             eprintln!("skipped: no SeaweedFS binary (run ./scripts/test once, or set ZNIPPY_WEED)");
             return None;
         };
+        let mut last = String::new();
+        for _ in 0..3 {
+            match Seaweed::try_start(&weed) {
+                Ok(server) => return Some(server),
+                Err(why) => last = why,
+            }
+        }
+        panic!("weed mini did not start in three tries; the last:\n{last}");
+    }
+
+    /// One start on fresh ports: the server once it is ready, or, if it
+    /// exited first, why (the end of its log).
+    fn try_start(weed: &Path) -> Result<Seaweed, String> {
         let data = tempfile::tempdir().expect("a temporary directory");
+        let log = data.path().join("weed.log");
         // SeaweedFS serves gRPC on each HTTP port + 10,000.
         let [s3, iceberg, master, volume, filer, admin] = free_ports();
-        let child = Command::new(&weed)
+        let child = Command::new(weed)
             .arg("mini")
             .arg(format!("-dir={}", data.path().display()))
             .args(["-ip=127.0.0.1", "-ip.bind=127.0.0.1", "-admin.ui=false"])
@@ -75,7 +93,7 @@ impl Seaweed {
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::from(
-                std::fs::File::create(data.path().join("weed.log")).expect("a log file"),
+                std::fs::File::create(&log).expect("a log file"),
             ))
             .spawn()
             .unwrap_or_else(|e| panic!("starting {}: {e}", weed.display()));
@@ -85,15 +103,25 @@ impl Seaweed {
             catalog: format!("http://127.0.0.1:{iceberg}"),
             _data: data,
         };
-        server.wait_ready(s3, iceberg, filer);
-        Some(server)
+        match server.wait_ready(s3, iceberg, filer) {
+            Ok(()) => Ok(server),
+            Err(exit) => {
+                let text = std::fs::read_to_string(&log).unwrap_or_default();
+                let lines: Vec<&str> = text.lines().collect();
+                let tail = lines[lines.len().saturating_sub(20)..].join("\n");
+                Err(format!(
+                    "weed mini exited before it was ready ({exit}):\n{tail}"
+                ))
+            }
+        }
     }
 
     /// Waits until the S3 API and the catalog answer and both buckets exist:
     /// `weed mini` creates them a moment after its ports open, and a request
     /// in between finds no bucket. The filer's listing of `/buckets` is the
     /// one unauthenticated place that shows them.
-    fn wait_ready(&mut self, s3: u16, iceberg: u16, filer: u16) {
+    /// Returns how the server exited if it did first.
+    fn wait_ready(&mut self, s3: u16, iceberg: u16, filer: u16) -> Result<(), ExitStatus> {
         let deadline = Instant::now() + Duration::from_secs(60);
         loop {
             let up = |port, path| get(port, path).is_some_and(|(status, _)| status < 500);
@@ -102,10 +130,10 @@ impl Seaweed {
                 .unwrap_or_default();
             let has = |name: &str| buckets.contains(&format!("\"FullPath\":\"/buckets/{name}\""));
             if up(s3, "/") && up(iceberg, "/v1/config") && has(BUCKET) && has(TABLE_BUCKET) {
-                return;
+                return Ok(());
             }
             if let Ok(Some(exit)) = self.child.try_wait() {
-                panic!("weed mini exited before it was ready: {exit}");
+                return Err(exit);
             }
             assert!(Instant::now() < deadline, "weed mini not ready after 60 s");
             std::thread::sleep(Duration::from_millis(100));
@@ -138,27 +166,40 @@ fn binary() -> Option<PathBuf> {
     })
 }
 
-/// Six distinct free ports below 55,536, whose gRPC twins (+10,000) are
-/// free too. They are released before the server binds them: another
-/// process could take one in between, which on loopback in a test run is
-/// rare enough.
+/// Six free ports whose gRPC twins (+10,000) are free too, all below the
+/// kernel's ephemeral range (32,768 and up on Linux). They are released
+/// before the server binds them, and in that range an outgoing connection
+/// of another server already running (a volume's heartbeat to its master)
+/// could take one first: `weed mini` then exits at start. No port is handed
+/// out twice in one process, so tests starting servers side by side never
+/// share one; a process of its own picking the same port is what the
+/// retries in [`Seaweed::start`] are for.
 fn free_ports() -> [u16; 6] {
-    let mut held = Vec::new();
-    while held.len() < 6 {
-        let l = TcpListener::bind("127.0.0.1:0").expect("a free port");
-        let port = l.local_addr().expect("its address").port();
-        if port >= 55_536 {
+    static GIVEN: Mutex<BTreeSet<u16>> = Mutex::new(BTreeSet::new());
+    let mut given = GIVEN.lock().unwrap_or_else(PoisonError::into_inner);
+    let nanos = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.subsec_nanos());
+    let mut rng = Rng::new(u64::from(std::process::id()) << 32 | u64::from(nanos));
+    let mut ports = Vec::new();
+    for _ in 0..100_000 {
+        if ports.len() == 6 {
+            break;
+        }
+        let port = 10_000 + rng.below(12_768) as u16;
+        let twin = port + 10_000;
+        if given.contains(&port) || given.contains(&twin) {
             continue;
         }
-        if let Ok(twin) = TcpListener::bind(("127.0.0.1", port + 10_000)) {
-            held.push((port, l, twin));
+        let free = |p: u16| TcpListener::bind(("127.0.0.1", p)).is_ok();
+        if free(port) && free(twin) {
+            given.extend([port, twin]);
+            ports.push(port);
         }
     }
-    let mut ports = [0; 6];
-    for (slot, (port, _, _)) in ports.iter_mut().zip(&held) {
-        *slot = *port;
-    }
     ports
+        .try_into()
+        .expect("six free ports between 10,000 and 32,767")
 }
 
 /// The status code and body of an unsigned `GET path` on a loopback port,
