@@ -13,7 +13,7 @@ use clap::{Args, Parser, Subcommand};
 use znippy_cli::{gather, meta_args, threads};
 use znippy_format::{
     extract_all_with, undo_path, walk, Archive, ArchiveProps, ExtractOptions, Found, InputFile,
-    MetaUpdate, Metadata, Recovery, Scan, ScanOptions, Skipped, TarEntries,
+    MetaUpdate, Metadata, Recovery, Scan, ScanOptions, TarEntries,
 };
 
 use znippy_cli::progress::Progress;
@@ -362,7 +362,7 @@ type Batch = (
 /// The entries a scan found, after a warning line for each one it skipped.
 fn files_batch(scan: Scan) -> Batch {
     for s in &scan.skipped {
-        eprintln!("{}", skipped_line(s));
+        eprintln!("znippy: {s}");
     }
     if !scan.skipped.is_empty() {
         eprintln!("{}", skipped_total(scan.skipped.len()));
@@ -408,7 +408,7 @@ fn walk_batch(dir: &Path, opts: ScanOptions, bar: &Progress) -> Batch {
                 }
                 Found::Skipped(s) => {
                     skipped += 1;
-                    bar.println(&skipped_line(&s));
+                    bar.println(&format!("znippy: {s}"));
                 }
             }
             Ok(())
@@ -431,10 +431,6 @@ fn walk_batch(dir: &Path, opts: ScanOptions, bar: &Progress) -> Batch {
         })
     });
     (Box::new(rx.into_iter().flatten().chain(died)), 0)
-}
-
-fn skipped_line(s: &Skipped) -> String {
-    format!("znippy: skipped {}: {}", s.disk_path.display(), s.reason)
 }
 
 fn skipped_total(n: usize) -> String {

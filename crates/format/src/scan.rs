@@ -85,6 +85,12 @@ pub struct Skipped {
     pub reason: String,
 }
 
+impl std::fmt::Display for Skipped {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "skipped {}: {}", self.disk_path.display(), self.reason)
+    }
+}
+
 /// What a scan found.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Scan {

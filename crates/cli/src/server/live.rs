@@ -155,7 +155,7 @@ async fn command(store: &Store, cmd: LiveCmd) -> Result<std::process::ExitCode> 
             let set = meta_args::table(&meta, &meta_archive)?;
             let scan = gather(&inputs, ScanOptions::default())?;
             for s in &scan.skipped {
-                eprintln!("znippy: skipped {}: {}", s.disk_path.display(), s.reason);
+                eprintln!("znippy: {s}");
             }
             let files = scan.files.iter().map(|f| f.input()).collect();
             let r = store.append(&id, files, set).await?;
