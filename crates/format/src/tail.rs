@@ -214,10 +214,15 @@ fn encode_index(rows: &[SliceRow], version: u32) -> Result<Index> {
 /// The rules a tail's rows must obey; checked here because every writer comes here.
 fn check_rows(tail: &Tail<'_>, version: u32) -> Result<()> {
     check_order(tail.rows, version)?;
-    let mut seen = std::collections::HashSet::new();
+    // From version 4 the order already rules it out: a path's slices are
+    // consecutive rows at rising offsets.
+    let mut seen = (version < 4).then(std::collections::HashSet::new);
     for r in tail.rows {
         path::validate(&r.relative_path)?;
-        if !seen.insert((r.relative_path.as_str(), r.fdata_offset)) {
+        if seen
+            .as_mut()
+            .is_some_and(|seen| !seen.insert((r.relative_path.as_str(), r.fdata_offset)))
+        {
             return Err(Error::corrupt(format!(
                 "two slices of {} at offset {}",
                 r.relative_path, r.fdata_offset

@@ -327,6 +327,10 @@ fn the_tail_writer_refuses_rows_a_get_could_not_follow() {
             "out of file order",
             [row("a", 0, 5), row("a", 1, 0), row("b", 2, 0)],
         ),
+        (
+            "one slice twice",
+            [row("a", 0, 0), row("a", 1, 0), row("b", 2, 0)],
+        ),
     ] {
         assert!(matches!(write(&rows), Err(Error::Corrupt(_))), "{what}");
         // Another writer's archive with these rows: extraction and `verify`
