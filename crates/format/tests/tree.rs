@@ -12,8 +12,8 @@ use std::process::Command;
 
 use common::*;
 use znippy_format::{
-    append, compress, extract_all, scan_dir, walk, Archive, Error, InputFile, Kind, MetaUpdate,
-    Metadata, ScanOptions, ScannedFile, S_IFLNK,
+    append, compress, extract_all, scan_dir, walk, Archive, Error, Found, InputFile, Kind,
+    MetaUpdate, Metadata, ScanOptions, ScannedFile, S_IFLNK,
 };
 use znippy_testkit::data::Rng;
 
@@ -257,6 +257,25 @@ fn the_walk_hands_entries_over_in_path_order_as_it_goes() {
     .unwrap_err();
     assert!(matches!(&err, Error::Input { path, .. } if path == "receiver"));
     assert_eq!(seen, 1);
+
+    // The first entry is handed over before the directories after it are
+    // listed: a file made on receiving it, in a directory further on, is found.
+    let live = tmp.path().join("live");
+    fs::create_dir_all(live.join("a")).unwrap();
+    fs::create_dir_all(live.join("z")).unwrap();
+    fs::write(live.join("a/first"), "x").unwrap();
+    let mut got = Vec::new();
+    walk(&live, ScanOptions::default(), &mut |found| {
+        if let Found::Entry(f) = found {
+            if got.is_empty() {
+                fs::write(live.join("z/late"), "x").unwrap();
+            }
+            got.push(f.path);
+        }
+        Ok(())
+    })
+    .unwrap();
+    assert_eq!(got, ["a/first", "z/late"]);
 }
 
 fn file(path: &str, bytes: &[u8], mode: u32) -> znippy_format::Result<InputFile> {
