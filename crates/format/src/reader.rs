@@ -4,15 +4,17 @@
 //! | question            | reads                                             |
 //! |---------------------|---------------------------------------------------|
 //! | open                | footer, manifest, data sub-index footer           |
-//! | `list` (names)      | + the trie                                        |
-//! | `get` one file      | + the trie, one data batch, that file's blobs     |
+//! | `list` (names)      | + the trie's end, the prefix's shards             |
+//! | `get` one file      | + the trie's end and one shard, one data batch,   |
+//! |                     |   that file's blobs                               |
 //! | `list` with sizes   | + the lookup batches of the prefix                |
 //! | `metadata`          | + the meta section                                |
 //! | `verify`            | everything                                        |
 //!
-//! That is format version 4. Before it the lookup repeated every column of the
-//! data sub-index and the trie named lookup rows, so open read the lookup's
-//! footer and a `get` one lookup batch instead of a data batch.
+//! That is format version 5. Version 4 read its trie whole. Before it the
+//! lookup repeated every column of the data sub-index and the trie named
+//! lookup rows, so open read the lookup's footer and a `get` one lookup batch
+//! instead of a data batch.
 //!
 //! Nothing read from the archive is trusted: offsets and lengths are checked
 //! against the file and the archive properties before any buffer is sized by
@@ -211,7 +213,7 @@ impl<R: ReadAt> Archive<R> {
             let mut all = sections.iter().filter(|s| !s.is_reserved());
             let (Some(d), None) = (all.next(), all.next()) else {
                 return Err(Error::corrupt(
-                    "a version-4 archive has exactly one data sub-index",
+                    "from format version 4 an archive has exactly one data sub-index",
                 ));
             };
             let data = Batches::new(
@@ -317,21 +319,44 @@ impl<R: ReadAt> Archive<R> {
             let Some(s) = self.reserved(TRIE) else {
                 return (TrieState::Missing, None);
             };
-            let loaded = self.section_bytes(s).and_then(|bytes| {
-                if blake3::hash(&bytes).as_bytes() != &s.blake3 {
-                    return Err(Error::Checksum("trie".into()));
-                }
-                let t = Trie::new(bytes)?;
-                if t.len() as u64 != s.row_count || s.row_count > self.rows {
+            let loaded = if self.version >= 5 {
+                // Only the trailer, the fence and the records: each shard is
+                // read, and checked against its own hash, when first needed.
+                Trie::sharded(&self.src, s.index_offset, s.index_len, s.row_count)
+            } else {
+                self.section_bytes(s).and_then(|bytes| {
+                    if blake3::hash(&bytes).as_bytes() != &s.blake3 {
+                        return Err(Error::Checksum("trie".into()));
+                    }
+                    Trie::whole(bytes)
+                })
+            };
+            let counted = loaded.and_then(|t| {
+                if t.len() != s.row_count || s.row_count > self.rows {
                     return Err(Error::corrupt("trie key count"));
                 }
                 Ok(t)
             });
-            match loaded {
+            match counted {
                 Ok(t) => (TrieState::Used, Some(t)),
                 Err(_) => (TrieState::Damaged, None),
             }
         })
+    }
+
+    /// The trie's answer to `ask`, or `None` when it has none to give: there
+    /// is no usable trie, or it names other rows than `data_rows` asks for
+    /// (lookup rows before version 4, data rows from then), or a shard the
+    /// question needs is damaged. The caller then asks the lookup.
+    fn by_trie<T>(
+        &self,
+        data_rows: Option<bool>,
+        ask: impl FnOnce(&Trie, &dyn ReadAt) -> Result<Option<T>>,
+    ) -> Result<Option<T>> {
+        match &self.trie().1 {
+            Some(t) if data_rows.is_none_or(|d| d == (self.version >= 4)) => ask(t, &self.src),
+            _ => Ok(None),
+        }
     }
 
     fn section_bytes(&self, s: &SectionEntry) -> Result<Vec<u8>> {
@@ -412,48 +437,34 @@ impl<R: ReadAt> Archive<R> {
     /// the same number. Either way the row is only taken when the lookup
     /// agrees that it is that path's first; otherwise a binary search finds it.
     fn lookup_start(&self, prefix: &str) -> Result<u64> {
-        if let Some(t) = &self.trie().1 {
-            if let Some((path, r)) = t.first_from(prefix)? {
-                let first = r < self.rows
-                    && self.lookup_path(r)? == path
-                    && (r == 0 || self.lookup_path(r - 1)? < path.as_str());
-                if first {
-                    return Ok(r);
-                }
+        if let Some(Some((path, r))) = self.by_trie(None, |t, src| t.first_from(src, prefix))? {
+            let first = r < self.rows
+                && self.lookup_path(r)? == path
+                && (r == 0 || self.lookup_path(r - 1)? < path.as_str());
+            if first {
+                return Ok(r);
             }
         }
         self.partition(prefix)
     }
 
-    /// The trie, when it names lookup rows (before version 4).
-    fn lookup_trie(&self) -> Option<&Trie> {
-        self.trie().1.as_ref().filter(|_| self.version < 4)
-    }
-
-    /// The trie, when it names data rows (from version 4).
-    fn data_trie(&self) -> Option<&Trie> {
-        self.trie().1.as_ref().filter(|_| self.version >= 4)
-    }
-
     /// `path`'s first lookup row, through the trie that names lookup rows or by
     /// binary search.
     fn first_row(&self, path: &str) -> Result<Option<u64>> {
-        let trie = self.lookup_trie();
-        let row = match trie {
-            Some(t) => match t.get(path)? {
-                Some(r) => r,
-                None => return Ok(None),
-            },
+        let by_trie = self.by_trie(Some(false), |t, src| t.get(src, path))?;
+        let row = match by_trie {
+            Some(Some(r)) => r,
+            Some(None) => return Ok(None),
             None => self.partition(path)?,
         };
         if row >= self.rows {
-            return match trie {
+            return match by_trie {
                 Some(_) => Err(Error::corrupt("trie points past the lookup")),
                 None => Ok(None),
             };
         }
         if self.lookup_path(row)? != path {
-            return match trie {
+            return match by_trie {
                 Some(_) => Err(Error::corrupt(format!(
                     "trie and lookup disagree on {path}"
                 ))),
@@ -485,8 +496,8 @@ impl<R: ReadAt> Archive<R> {
     /// The slice rows of `path`, in file order, or [`Error::NotFound`].
     pub fn slices(&self, path: &str) -> Result<Vec<SliceRow>> {
         let not_found = || Error::NotFound(path.to_string());
-        let rows = match self.data_trie() {
-            Some(t) => self.data_run(path, t.get(path)?.ok_or_else(not_found)?)?,
+        let rows = match self.by_trie(Some(true), |t, src| t.get(src, path))? {
+            Some(seq) => self.data_run(path, seq.ok_or_else(not_found)?)?,
             None => {
                 let mut r = self.first_row(path)?.ok_or_else(not_found)?;
                 let mut rows = Vec::new();
@@ -503,8 +514,8 @@ impl<R: ReadAt> Archive<R> {
 
     /// Whether `path` is in the archive.
     pub fn contains(&self, path: &str) -> Result<bool> {
-        match self.data_trie() {
-            Some(t) => match t.get(path)? {
+        match self.by_trie(Some(true), |t, src| t.get(src, path))? {
+            Some(found) => match found {
                 Some(seq) => {
                     let (b, i) = self.data_at(seq)?;
                     if b.keys().path(i) != path || b.keys().key(i).fdata_offset != 0 {
@@ -543,8 +554,8 @@ impl<R: ReadAt> Archive<R> {
     /// Paths starting with `prefix`, in byte order. Reads only the trie when there
     /// is one.
     pub fn list(&self, prefix: &str) -> Result<Vec<String>> {
-        match &self.trie().1 {
-            Some(t) => Ok(t.prefix(prefix)?.into_iter().map(|(p, _)| p).collect()),
+        match self.by_trie(None, |t, src| t.prefix(src, prefix))? {
+            Some(found) => Ok(found.into_iter().map(|(p, _)| p).collect()),
             None => Ok(self.entries(prefix)?.into_iter().map(|e| e.path).collect()),
         }
     }

@@ -13,7 +13,9 @@ use crate::error::{Error, Result};
 /// verified against a tail rebuilt in their own version. Version 4 keeps the
 /// row's blob columns and checksum in the data sub-index only: the trie points
 /// a path at its first data row, and the lookup keeps what a listing shows.
-pub const FORMAT_VERSION: u32 = 4;
+/// Version 5 cuts the trie into shards, so that a question reads one of them
+/// rather than all of it (`trie.rs`).
+pub const FORMAT_VERSION: u32 = 5;
 /// Schema-metadata key carrying the format version in every Arrow section.
 pub const VERSION_KEY: &str = "znippy_format_version";
 /// Most rows in one Arrow record batch of any section (docs/format.md, section 4).

@@ -66,7 +66,8 @@ const LOOKUP_BATCH_ROWS_BEFORE_V3: usize = 1_024;
 /// directories they may hold, which the rows already say; before version 3 the
 /// lookup's buffers are plain, in batches of 1,024 rows. Before version 4 the
 /// data sub-index comes first, in batches of 65,536 rows, the lookup repeats
-/// every base column, and the trie names lookup rows.
+/// every base column, and the trie names lookup rows. Before version 5 the
+/// trie is one map.
 pub(crate) fn write_tail_as(out: &mut dyn Write, tail: Tail<'_>, version: u32) -> Result<TailInfo> {
     // The checks and the data sub-index need nothing from the lookup and the
     // trie: they are made side by side, on the cores the compression pool
@@ -206,7 +207,7 @@ fn encode_index(rows: &[SliceRow], version: u32) -> Result<Index> {
     }
     Ok(Index {
         lookup,
-        trie: trie::build(firsts.iter().copied())?,
+        trie: trie::build(&firsts, version)?,
         paths: firsts.len() as u64,
     })
 }

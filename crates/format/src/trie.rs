@@ -5,21 +5,61 @@
 //! that finds it missing or damaged answers the same questions by binary
 //! search over the sorted lookup (see `reader.rs`).
 //!
-//! A trie whose hash matches can still be malformed: whoever wrote the archive
-//! wrote the hash too. fst checks its header but not every node, and decoding
+//! # Shards (from format version 5)
+//!
+//! Until version 4 the trie is one `fst::Map`, and a reader loads all of it
+//! before its first answer: 16 bytes or so per path, so a `get` out of an
+//! archive of 300,000 files read 4.9 MB of trie for one file. From version 5
+//! the keys are cut into shards of [`SHARD_KEYS`] consecutive keys, each its
+//! own map, and a small map over the shards says which one holds a key. A
+//! question costs the fence and one shard (two or more only for a listing
+//! that spans shards), whatever the number of files. The section's bytes:
+//!
+//! ```text
+//! shard 0 .. shard k-1   fst::Map each: SHARD_KEYS keys (the last shard the rest)
+//! fence                  fst::Map: the last key of shard i -> i
+//! records                k x (u64 LE start of shard i in the section, BLAKE3 of its bytes)
+//! trailer (56 bytes)     BLAKE3 of fence and records, u64 LE fence length,
+//!                        u64 LE k, u64 LE SHARD_KEYS
+//! ```
+//!
+//! A reader checks the trailer's hash before it trusts the fence and the
+//! records, and a shard's hash before it opens the shard: the manifest's
+//! hash of the whole section is what `verify` checks, and a question must
+//! not read the whole section to check it. A shard that fails its hash makes
+//! the questions it was needed for fall back to the lookup.
+//!
+//! A trie whose hashes match can still be malformed: whoever wrote the archive
+//! wrote the hashes too. fst checks its header but not every node, and decoding
 //! a bad node can panic (the structure-aware fuzzer found one in 50 cases).
 //! fst has no checked decoding, so each query runs under `catch_unwind` and a
 //! panic becomes [`Error::Corrupt`]; a prefix walk stops after as many keys
 //! as the trie claims to have, so a node that points back up cannot loop.
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::OnceLock;
 
 use fst::{IntoStreamer, Map, MapBuilder, Streamer};
 
 use crate::error::{Error, Result};
+use crate::io::ReadAt;
+use crate::ipc::read_at;
 
-/// Builds the trie bytes from `(path, first_row)` pairs in byte order of path.
-pub(crate) fn build<'a>(keys: impl Iterator<Item = (&'a str, u64)>) -> Result<Vec<u8>> {
+/// Keys per shard from format version 5. A `get` reads the fence and the
+/// records (a key and 40 bytes per shard) and one shard, about 16 bytes a
+/// key on trees of small files: some 64 KiB, up to millions of paths. Shards
+/// of this size are also smaller than one map of all the keys (fst's builder
+/// remembers a bounded number of nodes to share, so a small map finds more
+/// of them): 1.5-1.8% on the trees of docs/benchmarks.md, where shards of
+/// 1,024 keys were 2-3% larger and a fifth slower to build.
+pub(crate) const SHARD_KEYS: u64 = 4_096;
+
+/// Bytes of a sharded trie's trailer.
+const TRAILER: u64 = 56;
+/// Bytes of one shard record: its start and its BLAKE3.
+const RECORD: u64 = 40;
+
+fn build_map<'a>(keys: impl Iterator<Item = (&'a str, u64)>) -> Result<Vec<u8>> {
     let mut b = MapBuilder::memory();
     for (k, v) in keys {
         b.insert(k, v)
@@ -29,51 +69,282 @@ pub(crate) fn build<'a>(keys: impl Iterator<Item = (&'a str, u64)>) -> Result<Ve
         .map_err(|e| Error::corrupt(format!("building trie: {e}")))
 }
 
-/// A loaded trie.
+/// Builds the trie section from `(path, first_row)` pairs in byte order of
+/// path: one map before version 5, shards from it.
+pub(crate) fn build(keys: &[(&str, u64)], version: u32) -> Result<Vec<u8>> {
+    if version < 5 {
+        return build_map(keys.iter().copied());
+    }
+    let mut out = Vec::new();
+    let mut records = Vec::new();
+    let mut fence = Vec::new();
+    for (i, shard) in keys.chunks(SHARD_KEYS as usize).enumerate() {
+        let bytes = build_map(shard.iter().copied())?;
+        records.extend_from_slice(&(out.len() as u64).to_le_bytes());
+        records.extend_from_slice(blake3::hash(&bytes).as_bytes());
+        out.extend_from_slice(&bytes);
+        if let Some((last, _)) = shard.last() {
+            fence.push((*last, i as u64));
+        }
+    }
+    let fence = build_map(fence.into_iter())?;
+    let mut hash = blake3::Hasher::new();
+    hash.update(&fence).update(&records);
+    let shards = records.len() as u64 / RECORD;
+    out.extend_from_slice(&fence);
+    out.extend_from_slice(&records);
+    out.extend_from_slice(hash.finalize().as_bytes());
+    for n in [fence.len() as u64, shards, SHARD_KEYS] {
+        out.extend_from_slice(&n.to_le_bytes());
+    }
+    Ok(out)
+}
+
+/// A loaded trie. Questions take the archive's bytes, which a sharded trie
+/// reads its shards from. An answer of `None` means the trie cannot answer
+/// (a shard it needed failed its hash): the caller asks the lookup instead.
 #[derive(Debug)]
-pub(crate) struct Trie(Map<Vec<u8>>);
+pub(crate) enum Trie {
+    /// One map, loaded whole (before version 5).
+    Whole(Map<Vec<u8>>),
+    /// Shards, each loaded when a question first needs it.
+    Sharded(Shards),
+}
+
+/// A sharded trie's fence and records, and the shards loaded so far.
+#[derive(Debug)]
+pub(crate) struct Shards {
+    /// Where the section starts in the archive.
+    offset: u64,
+    fence: Map<Vec<u8>>,
+    /// Shard `i` is `[starts[i], starts[i + 1])` of the section; the last
+    /// start is the fence's.
+    starts: Vec<u64>,
+    hashes: Vec<[u8; 32]>,
+    keys: u64,
+    shard_keys: u64,
+    /// `None` once loaded: the shard failed its checks.
+    loaded: Vec<OnceLock<Option<Map<Vec<u8>>>>>,
+}
 
 impl Trie {
-    pub(crate) fn new(bytes: Vec<u8>) -> Result<Self> {
+    /// A trie of one map, from its bytes.
+    pub(crate) fn whole(bytes: Vec<u8>) -> Result<Self> {
         Map::new(bytes)
-            .map(Trie)
+            .map(Trie::Whole)
             .map_err(|e| Error::corrupt(format!("trie: {e}")))
     }
 
-    pub(crate) fn len(&self) -> usize {
-        self.0.len()
+    /// Opens the sharded trie at `[offset, offset + len)` of `src` holding
+    /// `keys` keys: reads its trailer, fence and records, and checks them.
+    /// No shard is read yet.
+    pub(crate) fn sharded(src: &dyn ReadAt, offset: u64, len: u64, keys: u64) -> Result<Self> {
+        let bad = |m: &str| Error::corrupt(format!("trie: {m}"));
+        if len < TRAILER {
+            return Err(bad("shorter than its trailer"));
+        }
+        let mut trailer = [0u8; TRAILER as usize];
+        read_at(src, &mut trailer, offset + len - TRAILER, "trie")?;
+        let word = |i: usize| {
+            let at = 32 + 8 * i;
+            u64::from_le_bytes(trailer[at..at + 8].try_into().unwrap_or_default())
+        };
+        let (fence_len, shards, shard_keys) = (word(0), word(1), word(2));
+        if shard_keys == 0 || shards != keys.div_ceil(shard_keys) {
+            return Err(bad("shard count does not match its keys"));
+        }
+        // Bounded by `len`, which the manifest check bounded by the file.
+        let head = shards
+            .checked_mul(RECORD)
+            .and_then(|r| r.checked_add(fence_len))
+            .filter(|h| *h <= len - TRAILER)
+            .ok_or_else(|| bad("fence and records overrun the section"))?;
+        let fence_start = len - TRAILER - head;
+        let mut bytes = vec![0u8; head as usize];
+        read_at(src, &mut bytes, offset + fence_start, "trie")?;
+        if blake3::hash(&bytes).as_bytes() != &trailer[..32] {
+            return Err(Error::Checksum("trie fence".into()));
+        }
+        let records = bytes.split_off(fence_len as usize);
+        let fence = Map::new(bytes).map_err(|e| bad(&e.to_string()))?;
+        if fence.len() as u64 != shards {
+            return Err(bad("the fence does not name every shard"));
+        }
+        let mut starts = Vec::with_capacity(shards as usize + 1);
+        let mut hashes = Vec::with_capacity(shards as usize);
+        for r in records.chunks_exact(RECORD as usize) {
+            starts.push(u64::from_le_bytes(r[..8].try_into().unwrap_or_default()));
+            hashes.push(r[8..].try_into().unwrap_or_default());
+        }
+        starts.push(fence_start);
+        let tiled = starts.first() == Some(&0) && starts.windows(2).all(|w| w[0] < w[1]);
+        if !tiled {
+            return Err(bad("shards do not tile the section"));
+        }
+        Ok(Trie::Sharded(Shards {
+            offset,
+            fence,
+            starts,
+            hashes,
+            keys,
+            shard_keys,
+            loaded: (0..shards).map(|_| OnceLock::new()).collect(),
+        }))
     }
 
-    pub(crate) fn get(&self, path: &str) -> Result<Option<u64>> {
-        guarded(|| self.0.get(path))
+    /// Number of keys.
+    pub(crate) fn len(&self) -> u64 {
+        match self {
+            Trie::Whole(m) => m.len() as u64,
+            Trie::Sharded(s) => s.keys,
+        }
+    }
+
+    /// The value of `path`, if it is a key.
+    pub(crate) fn get(&self, src: &dyn ReadAt, path: &str) -> Result<Option<Option<u64>>> {
+        let map = match self {
+            Trie::Whole(m) => m,
+            Trie::Sharded(s) => match s.holding(src, path)? {
+                Holding::Shard(m) => m,
+                Holding::PastTheEnd => return Ok(Some(None)),
+                Holding::Damaged => return Ok(None),
+            },
+        };
+        guarded(|| map.get(path)).map(Some)
     }
 
     /// The first key not less than `key`, and its value.
-    pub(crate) fn first_from(&self, key: &str) -> Result<Option<(String, u64)>> {
+    pub(crate) fn first_from(
+        &self,
+        src: &dyn ReadAt,
+        key: &str,
+    ) -> Result<Option<Option<(String, u64)>>> {
+        let map = match self {
+            Trie::Whole(m) => m,
+            Trie::Sharded(s) => match s.holding(src, key)? {
+                Holding::Shard(m) => m,
+                Holding::PastTheEnd => return Ok(Some(None)),
+                Holding::Damaged => return Ok(None),
+            },
+        };
         guarded(|| {
-            let mut stream = self.0.range().ge(key).into_stream();
+            let mut stream = map.range().ge(key).into_stream();
             stream
                 .next()
                 .map(|(k, v)| (String::from_utf8_lossy(k).into_owned(), v))
         })
+        .map(Some)
     }
 
     /// Every `(path, first_row)` whose path starts with `prefix`, in order.
-    pub(crate) fn prefix(&self, prefix: &str) -> Result<Vec<(String, u64)>> {
+    pub(crate) fn prefix(
+        &self,
+        src: &dyn ReadAt,
+        prefix: &str,
+    ) -> Result<Option<Vec<(String, u64)>>> {
+        let mut out = Vec::new();
+        match self {
+            Trie::Whole(m) => {
+                if !collect(m, prefix, &mut out, self.len())? {
+                    return Ok(Some(out));
+                }
+            }
+            Trie::Sharded(s) => {
+                for i in s.from(prefix)? {
+                    let Some(m) = s.shard(src, i)? else {
+                        return Ok(None);
+                    };
+                    if !collect(m, prefix, &mut out, self.len())? {
+                        break;
+                    }
+                }
+            }
+        }
+        Ok(Some(out))
+    }
+}
+
+/// Appends `m`'s keys from `prefix` on that start with it to `out`; returns
+/// whether the run of matching keys may go on past `m`'s last key.
+fn collect(
+    m: &Map<Vec<u8>>,
+    prefix: &str,
+    out: &mut Vec<(String, u64)>,
+    keys: u64,
+) -> Result<bool> {
+    guarded(|| {
+        let mut stream = m.range().ge(prefix).into_stream();
+        while let Some((k, v)) = stream.next() {
+            if !k.starts_with(prefix.as_bytes()) {
+                return Ok(false);
+            }
+            if out.len() as u64 == keys {
+                return Err(Error::corrupt("the trie holds more keys than it says"));
+            }
+            out.push((String::from_utf8_lossy(k).into_owned(), v));
+        }
+        Ok(true)
+    })?
+}
+
+/// Which shard a key would be in.
+enum Holding<'a> {
+    Shard(&'a Map<Vec<u8>>),
+    /// The key sorts after every key of the trie.
+    PastTheEnd,
+    /// The shard failed its checks.
+    Damaged,
+}
+
+impl Shards {
+    /// The shards from the one that would hold `key` on, in order.
+    fn from(&self, key: &str) -> Result<Vec<usize>> {
         guarded(|| {
+            let mut stream = self.fence.range().ge(key).into_stream();
             let mut out = Vec::new();
-            let mut stream = self.0.range().ge(prefix).into_stream();
-            while let Some((k, v)) = stream.next() {
-                if !k.starts_with(prefix.as_bytes()) {
+            while let Some((_, i)) = stream.next() {
+                out.push(i as usize);
+                if out.len() == self.loaded.len() {
                     break;
                 }
-                if out.len() == self.0.len() {
-                    return Err(Error::corrupt("the trie holds more keys than it says"));
-                }
-                out.push((String::from_utf8_lossy(k).into_owned(), v));
             }
-            Ok(out)
-        })?
+            out
+        })
+    }
+
+    fn holding(&self, src: &dyn ReadAt, key: &str) -> Result<Holding<'_>> {
+        let first = guarded(|| {
+            let mut stream = self.fence.range().ge(key).into_stream();
+            stream.next().map(|(_, i)| i as usize)
+        })?;
+        Ok(match first {
+            None => Holding::PastTheEnd,
+            Some(i) => match self.shard(src, i)? {
+                Some(m) => Holding::Shard(m),
+                None => Holding::Damaged,
+            },
+        })
+    }
+
+    /// Shard `i`, read and checked on first use; `None` if it fails its checks.
+    fn shard(&self, src: &dyn ReadAt, i: usize) -> Result<Option<&Map<Vec<u8>>>> {
+        let slot = self
+            .loaded
+            .get(i)
+            .ok_or_else(|| Error::corrupt("the trie's fence names a shard it does not have"))?;
+        if let Some(m) = slot.get() {
+            return Ok(m.as_ref());
+        }
+        let (start, end) = (self.starts[i], self.starts[i + 1]);
+        let mut bytes = vec![0u8; (end - start) as usize];
+        read_at(src, &mut bytes, self.offset + start, "trie")?;
+        // Every shard holds shard_keys keys but the last, which holds the rest.
+        let expected = (self.keys - self.shard_keys * i as u64).min(self.shard_keys);
+        let map = (blake3::hash(&bytes).as_bytes() == &self.hashes[i])
+            .then(|| Map::new(bytes).ok())
+            .flatten()
+            .filter(|m| m.len() as u64 == expected);
+        Ok(slot.get_or_init(|| map).as_ref())
     }
 }
 

@@ -15,7 +15,8 @@
 //! - **Watchdog.** A case that runs for more than 20 s aborts the run.
 //! - **Structure-aware mutations.** Half the cases mutate inside one section
 //!   and write the section's new BLAKE3 into the manifest (which has no hash
-//!   of its own), so that they get past the section hashes: to the trie, the
+//!   of its own), and in a trie the new hashes of its shards and fence (format
+//!   version 5), so that they get past the section hashes: to the trie, the
 //!   Arrow IPC validators and the row checks, and to `verify`'s re-encoding of
 //!   the tail. The run counts the mutated tries the reader then used. Such an
 //!   archive is self-consistent: its index may really say that a file is
@@ -104,12 +105,51 @@ fn mutate(rng: &mut znippy_testkit::data::Rng, bytes: &[u8], seed: &Seed) -> Vec
     let mut b = bytes.to_vec();
     let old = *blake3::hash(&b[*start..*end]).as_bytes();
     fuzz::mutate_within(rng, &mut b[*start..*end]);
+    if seed.trie.is_some_and(|(s, e, _)| (s, e) == (*start, *end)) {
+        rehash_trie(&mut b[*start..*end]);
+    }
     let new = blake3::hash(&b[*start..*end]);
     let manifest = &mut b[seed.manifest_offset..];
     if let Some(at) = manifest.windows(32).position(|w| w == old) {
         manifest[at..at + 32].copy_from_slice(new.as_bytes());
     }
     b
+}
+
+/// Writes the hashes of a version-5 trie section (docs/format.md, section
+/// 6.3) again over its bytes as they are, where its trailer still describes
+/// a layout: each shard's into its record, then the fence's and records'
+/// into the trailer.
+fn rehash_trie(t: &mut [u8]) {
+    let n = t.len();
+    if n < 56 {
+        return;
+    }
+    let word = |t: &[u8], at: usize| u64::from_le_bytes(t[at..at + 8].try_into().unwrap());
+    let (fence_len, shards) = (word(t, n - 24), word(t, n - 16));
+    let head = shards
+        .checked_mul(40)
+        .and_then(|r| r.checked_add(fence_len))
+        .filter(|h| *h <= (n - 56) as u64);
+    let Some(head) = head else {
+        return;
+    };
+    let fence_start = n - 56 - head as usize;
+    let records = fence_start + fence_len as usize;
+    for i in 0..shards as usize {
+        let rec = records + 40 * i;
+        let start = word(t, rec) as usize;
+        let end = match i + 1 < shards as usize {
+            true => word(t, rec + 40) as usize,
+            false => fence_start,
+        };
+        if start < end && end <= fence_start {
+            let h = blake3::hash(&t[start..end]);
+            t[rec + 8..rec + 40].copy_from_slice(h.as_bytes());
+        }
+    }
+    let h = blake3::hash(&t[fence_start..n - 56]);
+    t[n - 56..n - 24].copy_from_slice(h.as_bytes());
 }
 
 fn seeds() -> Vec<(Vec<u8>, Seed)> {

@@ -125,9 +125,11 @@ fn list_meta_and_get_cost_the_same_for_payloads_100x_apart() {
 
 #[test]
 fn get_and_a_listing_with_sizes_each_read_a_batch_or_two_of_one_section() {
-    // 150,000 files make 586 batches of the data sub-index and of the lookup.
-    // Since format version 4 a get goes from the trie to its file's data row:
-    // one data batch, and not a byte of the lookup. A listing with sizes
+    // 150,000 files make 586 batches of the data sub-index and of the lookup,
+    // and 37 shards of the trie. Since format version 4 a get goes from the
+    // trie to its file's data row: one data batch, and not a byte of the
+    // lookup; since version 5, of the trie only its fence and the one shard
+    // that holds the path. A listing with sizes
     // reads the lookup from the prefix's first row, which the trie's row
     // number finds without a binary search in an archive written in one
     // batch: a batch or two of the lookup, and nothing of the data.
@@ -156,6 +158,25 @@ fn get_and_a_listing_with_sizes_each_read_a_batch_or_two_of_one_section() {
             .map(|r| r.1)
             .sum()
     };
+    let trie = section(znippy_format::TRIE);
+    src.take();
+    let mut out = Vec::new();
+    a.read_file("f/070000", &mut out).unwrap();
+    let reads = src.take();
+    let in_trie: Vec<_> = reads
+        .iter()
+        .filter(|r| r.0 >= trie.index_offset && r.0 < trie.index_offset + trie.index_len)
+        .collect();
+    // The trailer, the fence with the shards' records (40 bytes a shard),
+    // and one shard; these keys compress so well that the records are a
+    // seventh of the trie.
+    assert_eq!(in_trie.len(), 3, "{in_trie:?}");
+    let read = within(&reads, &trie);
+    assert!(
+        read * 5 < trie.index_len,
+        "a get read {read} of {} trie bytes",
+        trie.index_len
+    );
     a.list("").unwrap();
     src.take();
 

@@ -1,6 +1,9 @@
 //! The trie is a fast path, never a second truth: an archive whose trie is
 //! missing or damaged answers every question the same way through binary search
-//! of the sorted lookup.
+//! of the sorted lookup. From format version 5 it is cut into shards
+//! (docs/format.md, section 6.3): the writer's are of 4,096 keys, and the
+//! sample's 2,502 paths are also read through shards of 1,024, laid out by
+//! hand, three of them.
 
 mod common;
 
@@ -9,9 +12,9 @@ use znippy_format::{Archive, Error, Metadata, SliceRow, TrieState, LOOKUP, TRIE}
 
 fn sample() -> Vec<u8> {
     let mut files: Vec<(String, Vec<u8>)> = Vec::new();
-    for i in 0..400 {
+    for i in 0..2_500 {
         let dir = ["a", "ab", "a/b", "b", "zz/top", "ü"][i % 6];
-        files.push((format!("{dir}/f{i:03}"), text(i as u64, 50 + i * 40)));
+        files.push((format!("{dir}/f{i:04}"), text(i as u64, 50 + i % 400)));
     }
     files.push(("a/big".into(), text(9, 300_000)));
     files.push(("solo".into(), vec![]));
@@ -47,12 +50,68 @@ fn without_trie(bytes: &[u8]) -> Vec<u8> {
     rebuilt(bytes, |name, own| (name != TRIE).then(|| own.to_vec()))
 }
 
-fn with_damaged_trie(bytes: &[u8]) -> Vec<u8> {
+/// The archive with one byte of its trie section flipped, `from_end` bytes
+/// before the section's end.
+fn with_damaged_trie(bytes: &[u8], from_end: u64) -> Vec<u8> {
     let a = Archive::open(bytes).unwrap();
     let t = a.sections().iter().find(|s| s.module_name == TRIE).unwrap();
     let mut out = bytes.to_vec();
-    out[(t.index_offset + t.index_len / 2) as usize] ^= 0x5a;
+    out[(t.index_offset + t.index_len - from_end) as usize] ^= 0x5a;
     out
+}
+
+/// A version-5 trie section of `keys` in shards of `shard_keys`, laid out
+/// by hand as docs/format.md (section 6.3) describes it.
+fn sharded_trie(keys: &[(&str, u64)], shard_keys: usize) -> Vec<u8> {
+    let map = |pairs: &mut dyn Iterator<Item = (&str, u64)>| {
+        let mut b = fst::MapBuilder::memory();
+        for (k, v) in pairs {
+            b.insert(k, v).unwrap();
+        }
+        b.into_inner().unwrap()
+    };
+    let (mut out, mut records, mut lasts) = (Vec::new(), Vec::new(), Vec::new());
+    for (i, shard) in keys.chunks(shard_keys).enumerate() {
+        let bytes = map(&mut shard.iter().copied());
+        records.extend_from_slice(&(out.len() as u64).to_le_bytes());
+        records.extend_from_slice(blake3::hash(&bytes).as_bytes());
+        out.extend_from_slice(&bytes);
+        lasts.push((shard[shard.len() - 1].0, i as u64));
+    }
+    let fence = map(&mut lasts.into_iter());
+    let shards = records.len() as u64 / 40;
+    let hash = blake3::hash(&[fence.as_slice(), &records].concat());
+    out.extend_from_slice(&fence);
+    out.extend_from_slice(&records);
+    out.extend_from_slice(hash.as_bytes());
+    for n in [fence.len() as u64, shards, shard_keys as u64] {
+        out.extend_from_slice(&n.to_le_bytes());
+    }
+    out
+}
+
+/// Each path's first data row, in byte order of path: the trie's keys.
+fn firsts(rows: &[SliceRow]) -> Vec<&SliceRow> {
+    let mut f: Vec<&SliceRow> = rows.iter().filter(|r| r.fdata_offset == 0).collect();
+    f.sort_by(|a, b| a.relative_path.cmp(&b.relative_path));
+    f
+}
+
+/// The archive with its trie laid out by hand in shards of `shard_keys`.
+fn resharded(bytes: &[u8], shard_keys: usize) -> Vec<u8> {
+    let rows = Archive::open(bytes).unwrap().data_rows().unwrap();
+    let keys: Vec<(&str, u64)> = firsts(&rows)
+        .iter()
+        .map(|r| (r.relative_path.as_str(), r.chunk_seq))
+        .collect();
+    let trie = sharded_trie(&keys, shard_keys);
+    rebuilt(bytes, |name, own| {
+        Some(if name == TRIE {
+            trie.clone()
+        } else {
+            own.to_vec()
+        })
+    })
 }
 
 fn answers(a: &Archive<&[u8]>) -> Vec<String> {
@@ -95,28 +154,59 @@ fn answers(a: &Archive<&[u8]>) -> Vec<String> {
 
 #[test]
 fn missing_and_damaged_tries_give_identical_answers() {
-    let good = sample();
-    let missing = without_trie(&good);
-    let damaged = with_damaged_trie(&good);
-    let (g, m, d) = (
-        Archive::open(good.as_slice()).unwrap(),
-        Archive::open(missing.as_slice()).unwrap(),
-        Archive::open(damaged.as_slice()).unwrap(),
-    );
+    let written = sample();
+    let good = resharded(&written, 1_024);
+    let w = Archive::open(written.as_slice()).unwrap();
+    let g = Archive::open(good.as_slice()).unwrap();
+    assert_eq!(w.trie_state(), TrieState::Used);
     assert_eq!(g.trie_state(), TrieState::Used);
-    assert_eq!(m.trie_state(), TrieState::Missing);
-    assert_eq!(d.trie_state(), TrieState::Damaged);
     let expected = answers(&g);
+    assert_eq!(answers(&w), expected);
+    let missing = without_trie(&good);
+    let m = Archive::open(missing.as_slice()).unwrap();
+    assert_eq!(m.trie_state(), TrieState::Missing);
     assert_eq!(answers(&m), expected);
-    assert_eq!(answers(&d), expected);
     assert_eq!(m.verify(2).unwrap(), g.row_count());
-    assert!(
-        matches!(d.verify(2), Err(Error::Checksum(_))),
-        "verify reports the damage"
-    );
     let mut x = Vec::new();
     m.read_file("a/big", &mut x).unwrap();
     assert_eq!(x, text(9, 300_000));
+
+    let t = g.sections().iter().find(|s| s.module_name == TRIE).unwrap();
+    // A flipped byte in the trailer's hash, in the fence, and in the middle
+    // shard: the first two leave no trie; the third only the questions
+    // that need that shard without it.
+    for (from_end, state) in [
+        (50, TrieState::Damaged),
+        (56 + 3 * 40 + 5, TrieState::Damaged),
+        (t.index_len / 2, TrieState::Used),
+    ] {
+        let damaged = with_damaged_trie(&good, from_end);
+        let d = Archive::open(damaged.as_slice()).unwrap();
+        assert_eq!(d.trie_state(), state, "{from_end}");
+        assert_eq!(answers(&d), expected, "{from_end}");
+        assert!(
+            matches!(d.verify(2), Err(Error::Checksum(_))),
+            "verify reports the damage"
+        );
+    }
+}
+
+/// The writer's trie section is the layout docs/format.md describes, and
+/// the sample needs three shards of it.
+#[test]
+fn the_trie_is_the_documented_layout() {
+    let good = sample();
+    let a = Archive::open(good.as_slice()).unwrap();
+    let rows = a.data_rows().unwrap();
+    let keys: Vec<(&str, u64)> = firsts(&rows)
+        .iter()
+        .map(|r| (r.relative_path.as_str(), r.chunk_seq))
+        .collect();
+    assert_eq!(keys.len(), 2_502);
+    let t = a.sections().iter().find(|s| s.module_name == TRIE).unwrap();
+    let own = &good[t.index_offset as usize..(t.index_offset + t.index_len) as usize];
+    assert!(own == sharded_trie(&keys, 4_096).as_slice());
+    assert_eq!(t.row_count, 2_502);
 }
 
 #[test]
@@ -133,7 +223,7 @@ fn prefix_listing_is_a_byte_prefix_in_order() {
         .cloned()
         .collect();
     assert_eq!(a.list("ab").unwrap(), ab);
-    assert_eq!(ab.len(), 67);
+    assert_eq!(ab.len(), 417);
 }
 
 /// From format version 4 the trie and the lookup name rows of the data
@@ -143,11 +233,7 @@ fn prefix_listing_is_a_byte_prefix_in_order() {
 fn a_trie_or_a_lookup_that_names_another_files_row_is_refused() {
     let good = sample();
     let rows = Archive::open(good.as_slice()).unwrap().data_rows().unwrap();
-    let firsts: Vec<&SliceRow> = {
-        let mut f: Vec<&SliceRow> = rows.iter().filter(|r| r.fdata_offset == 0).collect();
-        f.sort_by(|a, b| a.relative_path.cmp(&b.relative_path));
-        f
-    };
+    let firsts = firsts(&rows);
     let refused = |bytes: &[u8], state: TrieState| {
         let a = Archive::open(bytes).unwrap();
         assert_eq!(a.trie_state(), state);
@@ -162,12 +248,13 @@ fn a_trie_or_a_lookup_that_names_another_files_row_is_refused() {
     };
 
     // A trie that points each path at the next path's first row.
-    let mut trie = fst::MapBuilder::memory();
-    for (i, r) in firsts.iter().enumerate() {
-        let next = firsts[(i + 1) % firsts.len()];
-        trie.insert(&r.relative_path, next.chunk_seq).unwrap();
-    }
-    let trie = trie.into_inner().unwrap();
+    let misleading: Vec<(&str, u64)> = (0..firsts.len())
+        .map(|i| {
+            let next = firsts[(i + 1) % firsts.len()];
+            (firsts[i].relative_path.as_str(), next.chunk_seq)
+        })
+        .collect();
+    let trie = sharded_trie(&misleading, 1_024);
     let misled = rebuilt(&good, |name, own| {
         Some(if name == TRIE {
             trie.clone()

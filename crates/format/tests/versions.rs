@@ -1,13 +1,15 @@
-//! Format versions: this writer writes version 4 (checksums and blob columns
-//! in the data sub-index only) in every section, and archives written by
-//! earlier versions still read and verify.
+//! Format versions: this writer writes version 5 (the trie in shards) in
+//! every section, and archives written by earlier versions still read and
+//! verify.
 //!
 //! `data/v1.znippy` and `data/v2.znippy` are archives written by the version-2
 //! writer (`znippy compress --threads 1`, 2026-12-03) from the tree that
 //! `old_tree` describes; v2 adds a link `l -> a.txt` and an empty directory `e`.
 //! `data/v3.znippy` is the version-2 tree written by the version-3 writer
-//! (2026-12-04). Their bytes are pinned, so a test that still passes reads the
-//! real thing.
+//! (2026-12-04), and `data/v4.znippy` the same tree by the version-4 writer
+//! (`znippy compress DIR --threads 1 --chunk-size 2097152 --meta
+//! a.txt=lang=en --meta-archive built=42`, 2026-12-05). Their bytes are
+//! pinned, so a test that still passes reads the real thing.
 
 mod common;
 
@@ -66,7 +68,7 @@ fn read(a: &Archive<&[u8]>, path: &str) -> Vec<u8> {
 }
 
 #[test]
-fn this_writer_writes_version_4_with_or_without_links() {
+fn this_writer_writes_version_5_with_or_without_links() {
     for extra in [None, Some(("l", b"a".to_vec(), S_IFLNK | 0o777))] {
         let mut files = vec![InputFile::from_bytes("a", b"x".to_vec(), Some(0o644))];
         if let Some((p, b, m)) = extra {
@@ -82,8 +84,8 @@ fn this_writer_writes_version_4_with_or_without_links() {
             &mut |_| {},
         )
         .unwrap();
-        assert_eq!(section_version(&out), "4");
-        assert_eq!(Archive::open(out.as_slice()).unwrap().format_version(), 4);
+        assert_eq!(section_version(&out), "5");
+        assert_eq!(Archive::open(out.as_slice()).unwrap().format_version(), 5);
     }
 }
 
@@ -105,6 +107,11 @@ fn archives_of_earlier_versions_read_and_verify() {
             3,
             "fe424d6770333d162c8dc862d3cfc6444e960b2d243c987976ace094a12df8df",
         ),
+        (
+            "v4.znippy",
+            4,
+            "9e724aabae33128ef118dbdc33b5be72091b4f35417eff89e80eba503c2508ae",
+        ),
     ] {
         let bytes = data(name);
         assert_eq!(format!("{:x}", Sha256::digest(&bytes)), sha, "{name}");
@@ -112,7 +119,7 @@ fn archives_of_earlier_versions_read_and_verify() {
         assert_eq!(a.format_version(), version, "{name}");
         assert_eq!(section_version(&bytes), version.to_string());
         // `verify` rebuilds the tail in the archive's own version: a version-1
-        // tail rebuilt as version 4 would differ in every lookup byte.
+        // tail rebuilt as version 5 would differ in every lookup byte.
         let slices = if version == 1 { 4 } else { 6 };
         assert_eq!(a.verify(2).unwrap(), slices, "{name}");
         for (path, content) in old_tree() {
@@ -139,9 +146,9 @@ fn archives_of_earlier_versions_read_and_verify() {
 }
 
 /// An append rewrites the whole tail, so a version-1 archive grown by one
-/// batch is byte for byte the version-4 archive of both batches.
+/// batch is byte for byte the version-5 archive of both batches.
 #[test]
-fn an_append_to_a_version_1_archive_writes_version_4() {
+fn an_append_to_a_version_1_archive_writes_version_5() {
     let tmp = tempfile::tempdir().unwrap();
     let p = tmp.path().join("a.znippy");
     fs::write(&p, data("v1.znippy")).unwrap();
@@ -164,7 +171,7 @@ fn an_append_to_a_version_1_archive_writes_version_4() {
     let props = Archive::open(data("v1.znippy").as_slice()).unwrap().props();
     append(&p, second(), MetaUpdate::default(), 1, &mut |_| {}).unwrap();
     let appended = fs::read(&p).unwrap();
-    assert_eq!(section_version(&appended), "4");
+    assert_eq!(section_version(&appended), "5");
 
     let first = old_tree()
         .into_iter()
