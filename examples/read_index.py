@@ -30,9 +30,10 @@ TRIE = "__znippy_trie__"  # fst bytes, not Arrow
 # (docs/format.md, 5.3). Version 3 compresses the lookup's buffers (Arrow IPC
 # body compression, which pyarrow inflates by itself). Version 4 keeps the blob
 # columns and checksums in the data sub-index only: its lookup holds
-# relative_path, chunk_seq, fdata_offset, uncompressed_size and mode. The data
-# sub-index reads the same way in all four.
-SUPPORTED_MAJOR = 4
+# relative_path, chunk_seq, fdata_offset, uncompressed_size and mode. Version 5
+# cuts the trie into shards, which this reader does not read. The data sub-index
+# reads the same way in all five.
+SUPPORTED_MAJOR = 5
 META_TYPES = {0: "str", 1: "i64", 2: "f64", 3: "bool", 4: "bytes"}
 
 

@@ -77,6 +77,17 @@ pub enum TrieState {
     Damaged,
 }
 
+/// Which rows a question needs the trie's values to name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum TrieRows {
+    /// Lookup rows (what the trie names before version 4).
+    Lookup,
+    /// Data rows (from version 4).
+    Data,
+    /// Either: the question checks the row it is given against the lookup.
+    Either,
+}
+
 /// An opened `.znippy` archive over any [`ReadAt`] source.
 pub struct Archive<R> {
     src: R,
@@ -345,16 +356,20 @@ impl<R: ReadAt> Archive<R> {
     }
 
     /// The trie's answer to `ask`, or `None` when it has none to give: there
-    /// is no usable trie, or it names other rows than `data_rows` asks for
-    /// (lookup rows before version 4, data rows from then), or a shard the
-    /// question needs is damaged. The caller then asks the lookup.
+    /// is no usable trie, or it names other rows than `rows` (lookup rows
+    /// before version 4, data rows from then), or a shard the question needs
+    /// is damaged. The caller then asks the lookup.
     fn by_trie<T>(
         &self,
-        data_rows: Option<bool>,
+        rows: TrieRows,
         ask: impl FnOnce(&Trie, &dyn ReadAt) -> Result<Option<T>>,
     ) -> Result<Option<T>> {
+        let names = match self.version >= 4 {
+            true => TrieRows::Data,
+            false => TrieRows::Lookup,
+        };
         match &self.trie().1 {
-            Some(t) if data_rows.is_none_or(|d| d == (self.version >= 4)) => ask(t, &self.src),
+            Some(t) if rows == TrieRows::Either || rows == names => ask(t, &self.src),
             _ => Ok(None),
         }
     }
@@ -437,7 +452,9 @@ impl<R: ReadAt> Archive<R> {
     /// the same number. Either way the row is only taken when the lookup
     /// agrees that it is that path's first; otherwise a binary search finds it.
     fn lookup_start(&self, prefix: &str) -> Result<u64> {
-        if let Some(Some((path, r))) = self.by_trie(None, |t, src| t.first_from(src, prefix))? {
+        if let Some(Some((path, r))) =
+            self.by_trie(TrieRows::Either, |t, src| t.first_from(src, prefix))?
+        {
             let first = r < self.rows
                 && self.lookup_path(r)? == path
                 && (r == 0 || self.lookup_path(r - 1)? < path.as_str());
@@ -451,7 +468,7 @@ impl<R: ReadAt> Archive<R> {
     /// `path`'s first lookup row, through the trie that names lookup rows or by
     /// binary search.
     fn first_row(&self, path: &str) -> Result<Option<u64>> {
-        let by_trie = self.by_trie(Some(false), |t, src| t.get(src, path))?;
+        let by_trie = self.by_trie(TrieRows::Lookup, |t, src| t.get(src, path))?;
         let row = match by_trie {
             Some(Some(r)) => r,
             Some(None) => return Ok(None),
@@ -496,7 +513,7 @@ impl<R: ReadAt> Archive<R> {
     /// The slice rows of `path`, in file order, or [`Error::NotFound`].
     pub fn slices(&self, path: &str) -> Result<Vec<SliceRow>> {
         let not_found = || Error::NotFound(path.to_string());
-        let rows = match self.by_trie(Some(true), |t, src| t.get(src, path))? {
+        let rows = match self.by_trie(TrieRows::Data, |t, src| t.get(src, path))? {
             Some(seq) => self.data_run(path, seq.ok_or_else(not_found)?)?,
             None => {
                 let mut r = self.first_row(path)?.ok_or_else(not_found)?;
@@ -514,7 +531,7 @@ impl<R: ReadAt> Archive<R> {
 
     /// Whether `path` is in the archive.
     pub fn contains(&self, path: &str) -> Result<bool> {
-        match self.by_trie(Some(true), |t, src| t.get(src, path))? {
+        match self.by_trie(TrieRows::Data, |t, src| t.get(src, path))? {
             Some(found) => match found {
                 Some(seq) => {
                     let (b, i) = self.data_at(seq)?;
@@ -554,7 +571,7 @@ impl<R: ReadAt> Archive<R> {
     /// Paths starting with `prefix`, in byte order. Reads only the trie when there
     /// is one.
     pub fn list(&self, prefix: &str) -> Result<Vec<String>> {
-        match self.by_trie(None, |t, src| t.prefix(src, prefix))? {
+        match self.by_trie(TrieRows::Either, |t, src| t.prefix(src, prefix))? {
             Some(found) => Ok(found.into_iter().map(|(p, _)| p).collect()),
             None => Ok(self.entries(prefix)?.into_iter().map(|e| e.path).collect()),
         }
