@@ -202,15 +202,7 @@ impl Trie {
 
     /// The value of `path`, if it is a key.
     pub(crate) fn get(&self, src: &dyn ReadAt, path: &str) -> Result<Option<Option<u64>>> {
-        let map = match self {
-            Trie::Whole(m) => m,
-            Trie::Sharded(s) => match s.holding(src, path)? {
-                Holding::Shard(m) => m,
-                Holding::PastTheEnd => return Ok(Some(None)),
-                Holding::Damaged => return Ok(None),
-            },
-        };
-        guarded(|| map.get(path)).map(Some)
+        self.in_map_of(src, path, |m| m.get(path))
     }
 
     /// The first key not less than `key`, and its value.
@@ -219,6 +211,22 @@ impl Trie {
         src: &dyn ReadAt,
         key: &str,
     ) -> Result<Option<Option<(String, u64)>>> {
+        self.in_map_of(src, key, |m| {
+            let mut stream = m.range().ge(key).into_stream();
+            stream
+                .next()
+                .map(|(k, v)| (String::from_utf8_lossy(k).into_owned(), v))
+        })
+    }
+
+    /// `ask` of the map that would hold `key`: the whole trie, or its shard.
+    /// A key past the last shard's is in none, which answers `None`.
+    fn in_map_of<T>(
+        &self,
+        src: &dyn ReadAt,
+        key: &str,
+        ask: impl FnOnce(&Map<Vec<u8>>) -> Option<T>,
+    ) -> Result<Option<Option<T>>> {
         let map = match self {
             Trie::Whole(m) => m,
             Trie::Sharded(s) => match s.holding(src, key)? {
@@ -227,13 +235,7 @@ impl Trie {
                 Holding::Damaged => return Ok(None),
             },
         };
-        guarded(|| {
-            let mut stream = map.range().ge(key).into_stream();
-            stream
-                .next()
-                .map(|(k, v)| (String::from_utf8_lossy(k).into_owned(), v))
-        })
-        .map(Some)
+        guarded(|| ask(map)).map(Some)
     }
 
     /// Every `(path, first_row)` whose path starts with `prefix`, in order.
