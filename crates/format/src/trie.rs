@@ -247,9 +247,7 @@ impl Trie {
         let mut out = Vec::new();
         match self {
             Trie::Whole(m) => {
-                if !collect(m, prefix, &mut out, self.len())? {
-                    return Ok(Some(out));
-                }
+                collect(m, prefix, &mut out, self.len())?;
             }
             Trie::Sharded(s) => {
                 for i in s.from(prefix)? {
@@ -314,6 +312,8 @@ impl Shards {
         })
     }
 
+    /// The shard that would hold `key`: the one the first fence key not
+    /// less than it names.
     fn holding(&self, src: &dyn ReadAt, key: &str) -> Result<Holding<'_>> {
         let first = guarded(|| {
             let mut stream = self.fence.range().ge(key).into_stream();
