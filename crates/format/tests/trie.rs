@@ -191,6 +191,37 @@ fn missing_and_damaged_tries_give_identical_answers() {
     }
 }
 
+/// The trailer's numbers are not under its hash: ones that overrun the
+/// section, or do not fit the keys, leave no trie, and the same answers.
+#[test]
+fn a_trailer_that_does_not_fit_leaves_no_trie() {
+    let good = resharded(&sample(), 1_024);
+    let expected = answers(&Archive::open(good.as_slice()).unwrap());
+    let t = Archive::open(good.as_slice())
+        .unwrap()
+        .sections()
+        .iter()
+        .find(|s| s.module_name == TRIE)
+        .unwrap()
+        .clone();
+    let end = (t.index_offset + t.index_len) as usize;
+    // (fence length, shard count, keys per shard), from the section's end.
+    for (word, value) in [
+        (24, u64::MAX),
+        (24, t.index_len),
+        (16, 0),
+        (16, u64::MAX / 40),
+        (8, 0),
+        (8, u64::MAX),
+    ] {
+        let mut bad = good.clone();
+        bad[end - word..end - word + 8].copy_from_slice(&value.to_le_bytes());
+        let a = Archive::open(bad.as_slice()).unwrap();
+        assert_eq!(a.trie_state(), TrieState::Damaged, "{word} {value}");
+        assert_eq!(answers(&a), expected, "{word} {value}");
+    }
+}
+
 /// The writer's trie section is the layout docs/format.md describes, and
 /// the sample needs three shards of it.
 #[test]
