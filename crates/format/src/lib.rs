@@ -8,16 +8,18 @@
 //! ```
 //!
 //! * The **data index** lists every *slice* (a piece of a file inside a blob,
-//!   with its BLAKE3) in write order, row `i` being slice `i`; the **trie** (an
-//!   `fst::Map`) maps each path to its first data row; the **lookup** is the
-//!   slices sorted by path, with what a listing shows and their data row.
+//!   with its BLAKE3) in write order, row `i` being slice `i`; the **trie**
+//!   (`fst::Map` shards of 4,096 paths) maps each path to its first data row;
+//!   the **lookup** is the slices sorted by path, with what a listing shows
+//!   and their data row.
 //!   Index sections are Arrow IPC files, so pyarrow, Polars or DuckDB can read
 //!   them by slicing the archive.
 //! * A reader finds everything from the footer: one 16-byte read at the end, one
-//!   read of the manifest. Getting one file reads the trie, one batch of the
-//!   data index and that file's blobs, whatever the size of the archive
-//!   ([`Archive`]). Archives of format versions 1 to 3, whose lookup repeated
-//!   the data index's columns, read as before.
+//!   read of the manifest. Getting one file reads the trie's end and one of
+//!   its shards, one batch of the data index and that file's blobs, whatever
+//!   the size of the archive ([`Archive`]). Archives of format versions 1 to
+//!   4 (whose trie was one map; before 4, whose lookup repeated the data
+//!   index's columns) read as before.
 //! * Writing goes through one [`Engine`] (slice, pack small files, hash, dedupe,
 //!   compress on a worker pool, write in order) and one tail writer
 //!   ([`write_tail`]), shared by [`compress`], [`append`] and the store's seal, so
