@@ -499,6 +499,9 @@ impl<R: ReadAt> Archive<R> {
         while s < self.rows {
             let (b, i) = self.data_at(s)?;
             if b.keys().path(i) != path {
+                if !rows.is_empty() && b.keys().key(i).fdata_offset != 0 {
+                    return Err(cut_short(path));
+                }
                 break;
             }
             rows.push(b.row(i));
@@ -521,6 +524,12 @@ impl<R: ReadAt> Archive<R> {
                 while r < self.rows && self.lookup_path(r)? == path {
                     rows.push(self.lookup_row(r)?);
                     r += 1;
+                }
+                if r < self.rows {
+                    let (b, i) = self.lookup_at(r)?;
+                    if b.keys().key(i).fdata_offset != 0 {
+                        return Err(cut_short(path));
+                    }
                 }
                 rows
             }
@@ -876,4 +885,13 @@ pub(crate) fn for_each_blob<R: ReadAt>(
 
 fn trie_disagrees(path: &str) -> Error {
     Error::corrupt(format!("trie and data sub-index disagree on {path}"))
+}
+
+/// A file's rows end at a row of another path that does not start its file:
+/// a row of `path` was renamed, and its bytes would be left out unnoticed
+/// (every slice checks its own bytes, not that the file has them all).
+fn cut_short(path: &str) -> Error {
+    Error::corrupt(format!(
+        "the rows of {path} are followed by the middle of another file"
+    ))
 }

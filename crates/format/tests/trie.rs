@@ -60,36 +60,6 @@ fn with_damaged_trie(bytes: &[u8], from_end: u64) -> Vec<u8> {
     out
 }
 
-/// A version-5 trie section of `keys` in shards of `shard_keys`, laid out
-/// by hand as docs/format.md (section 6.3) describes it.
-fn sharded_trie(keys: &[(&str, u64)], shard_keys: usize) -> Vec<u8> {
-    let map = |pairs: &mut dyn Iterator<Item = (&str, u64)>| {
-        let mut b = fst::MapBuilder::memory();
-        for (k, v) in pairs {
-            b.insert(k, v).unwrap();
-        }
-        b.into_inner().unwrap()
-    };
-    let (mut out, mut records, mut lasts) = (Vec::new(), Vec::new(), Vec::new());
-    for (i, shard) in keys.chunks(shard_keys).enumerate() {
-        let bytes = map(&mut shard.iter().copied());
-        records.extend_from_slice(&(out.len() as u64).to_le_bytes());
-        records.extend_from_slice(blake3::hash(&bytes).as_bytes());
-        out.extend_from_slice(&bytes);
-        lasts.push((shard[shard.len() - 1].0, i as u64));
-    }
-    let fence = map(&mut lasts.into_iter());
-    let shards = records.len() as u64 / 40;
-    let hash = blake3::hash(&[fence.as_slice(), &records].concat());
-    out.extend_from_slice(&fence);
-    out.extend_from_slice(&records);
-    out.extend_from_slice(hash.as_bytes());
-    for n in [fence.len() as u64, shards, shard_keys as u64] {
-        out.extend_from_slice(&n.to_le_bytes());
-    }
-    out
-}
-
 /// Each path's first data row, in byte order of path: the trie's keys.
 fn firsts(rows: &[SliceRow]) -> Vec<&SliceRow> {
     let mut f: Vec<&SliceRow> = rows.iter().filter(|r| r.fdata_offset == 0).collect();

@@ -243,6 +243,36 @@ pub fn craft(blobs: &[u8], rows: &[SliceRow], props: ArchiveProps) -> Vec<u8> {
     assemble(blobs, &sections, props, &|_| {})
 }
 
+/// A version-5 trie section of `keys` in shards of `shard_keys`, laid out
+/// by hand as docs/format.md (section 6.3) describes it.
+pub fn sharded_trie(keys: &[(&str, u64)], shard_keys: usize) -> Vec<u8> {
+    let map = |pairs: &mut dyn Iterator<Item = (&str, u64)>| {
+        let mut b = fst::MapBuilder::memory();
+        for (k, v) in pairs {
+            b.insert(k, v).unwrap();
+        }
+        b.into_inner().unwrap()
+    };
+    let (mut out, mut records, mut lasts) = (Vec::new(), Vec::new(), Vec::new());
+    for (i, shard) in keys.chunks(shard_keys).enumerate() {
+        let bytes = map(&mut shard.iter().copied());
+        records.extend_from_slice(&(out.len() as u64).to_le_bytes());
+        records.extend_from_slice(blake3::hash(&bytes).as_bytes());
+        out.extend_from_slice(&bytes);
+        lasts.push((shard[shard.len() - 1].0, i as u64));
+    }
+    let fence = map(&mut lasts.into_iter());
+    let shards = records.len() as u64 / 40;
+    let hash = blake3::hash(&[fence.as_slice(), &records].concat());
+    out.extend_from_slice(&fence);
+    out.extend_from_slice(&records);
+    out.extend_from_slice(hash.as_bytes());
+    for n in [fence.len() as u64, shards, shard_keys as u64] {
+        out.extend_from_slice(&n.to_le_bytes());
+    }
+    out
+}
+
 /// The trie section name, re-exported for tests that strip it.
 pub const TRIE_NAME: &str = TRIE;
 
