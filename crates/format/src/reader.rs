@@ -541,16 +541,14 @@ impl<R: ReadAt> Archive<R> {
     /// Whether `path` is in the archive.
     pub fn contains(&self, path: &str) -> Result<bool> {
         match self.by_trie(TrieRows::Data, |t, src| t.get(src, path))? {
-            Some(found) => match found {
-                Some(seq) => {
-                    let (b, i) = self.data_at(seq)?;
-                    if b.keys().path(i) != path || b.keys().key(i).fdata_offset != 0 {
-                        return Err(trie_disagrees(path));
-                    }
-                    Ok(true)
+            Some(Some(seq)) => {
+                let (b, i) = self.data_at(seq)?;
+                if b.keys().path(i) != path || b.keys().key(i).fdata_offset != 0 {
+                    return Err(trie_disagrees(path));
                 }
-                None => Ok(false),
-            },
+                Ok(true)
+            }
+            Some(None) => Ok(false),
             None => Ok(self.first_row(path)?.is_some()),
         }
     }
