@@ -282,16 +282,29 @@ impl<R: ReadAt> Archive<R> {
     /// with the same contents and the same metadata. Reading it costs the
     /// index, never the payload: it is what a seal reports.
     pub fn identity(&self) -> Result<[u8; 32]> {
+        self.hash_of(self.blob_end, self.len - self.blob_end, "archive tail")
+    }
+
+    /// BLAKE3 of `len` bytes of the archive from `offset`, read a MiB at a time.
+    fn hash_of(&self, offset: u64, len: u64, what: &str) -> Result<[u8; 32]> {
         let mut hasher = blake3::Hasher::new();
-        let mut buf = vec![0u8; (self.len - self.blob_end).min(1 << 20) as usize];
-        let mut off = self.blob_end;
-        while off < self.len {
-            let n = (self.len - off).min(buf.len() as u64) as usize;
-            read_at(&self.src, &mut buf[..n], off, "archive tail")?;
+        let mut buf = vec![0u8; len.min(1 << 20) as usize];
+        let mut off = 0;
+        while off < len {
+            let n = (len - off).min(buf.len() as u64) as usize;
+            read_at(&self.src, &mut buf[..n], offset + off, what)?;
             hasher.update(&buf[..n]);
             off += n as u64;
         }
         Ok(*hasher.finalize().as_bytes())
+    }
+
+    /// Checks section `s` against its BLAKE3 in the manifest.
+    fn check_hash(&self, s: &SectionEntry) -> Result<()> {
+        if self.hash_of(s.index_offset, s.index_len, &s.module_name)? != s.blake3 {
+            return Err(Error::Checksum(format!("section {}", s.module_name)));
+        }
+        Ok(())
     }
 
     /// Total length of the archive.
@@ -618,6 +631,10 @@ impl<R: ReadAt> Archive<R> {
     pub fn data_rows(&self) -> Result<Vec<SliceRow>> {
         let mut rows = Vec::new();
         for s in self.sections.iter().filter(|s| !s.is_reserved()) {
+            // Read whole, so checked whole: names and modes are under no
+            // slice's hash, and an append would write damaged rows into a
+            // tail with good hashes, an extraction would follow them.
+            self.check_hash(s)?;
             let sec = IpcSection::open(
                 &self.src,
                 "data",
@@ -676,23 +693,7 @@ impl<R: ReadAt> Archive<R> {
     /// produce, and every slice's blake3. Returns the number of slices checked.
     pub fn verify(&self, threads: usize) -> Result<u64> {
         for s in &self.sections {
-            let mut hasher = blake3::Hasher::new();
-            let mut buf = vec![0u8; 1 << 20];
-            let mut off = 0;
-            while off < s.index_len {
-                let n = (s.index_len - off).min(buf.len() as u64) as usize;
-                read_at(
-                    &self.src,
-                    &mut buf[..n],
-                    s.index_offset + off,
-                    &s.module_name,
-                )?;
-                hasher.update(&buf[..n]);
-                off += n as u64;
-            }
-            if hasher.finalize().as_bytes() != &s.blake3 {
-                return Err(Error::Checksum(format!("section {}", s.module_name)));
-            }
+            self.check_hash(s)?;
         }
         // The tail is a function of the rows, the metadata and the properties
         // (one tail writer, deterministic), so rebuilding it must give back the

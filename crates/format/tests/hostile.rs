@@ -424,6 +424,42 @@ fn a_file_whose_last_slice_is_renamed_is_an_error_not_a_shorter_file() {
     }
 }
 
+/// What reads the data sub-index whole (extraction, an append) checks its
+/// hash first: a damaged name or mode is under no slice's hash, and an
+/// append would otherwise write it into a tail with good hashes.
+#[test]
+fn a_damaged_data_sub_index_is_refused_before_an_extraction_or_an_append() {
+    let good = sample();
+    let a = Archive::open(good.as_slice()).unwrap();
+    let data = a
+        .sections()
+        .iter()
+        .find(|s| s.module_name == "files")
+        .unwrap();
+    let mut bad = good.clone();
+    bad[(data.index_offset + data.index_len / 2) as usize] ^= 0x20;
+    let a = Archive::open(bad.as_slice()).unwrap();
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("out");
+    let got = extract_all(&a, &out, 1, &|_| {});
+    assert!(matches!(got, Err(Error::Checksum(_))), "{got:?}");
+    assert!(!out.exists() || std::fs::read_dir(&out).unwrap().next().is_none());
+    let path = tmp.path().join("a.znippy");
+    std::fs::write(&path, &bad).unwrap();
+    let one = [Ok(znippy_format::InputFile::from_bytes(
+        "new",
+        b"x".to_vec(),
+        None,
+    ))];
+    let got = znippy_format::append(&path, one, Default::default(), 1, &mut |_| {});
+    assert!(matches!(got, Err(Error::Checksum(_))), "{got:?}");
+    assert_eq!(
+        std::fs::read(&path).unwrap(),
+        bad,
+        "the archive is as it was"
+    );
+}
+
 #[test]
 fn writers_refuse_bad_paths_and_properties() {
     for bad in ["../x", "/abs", "a/./b", "a\0"] {
