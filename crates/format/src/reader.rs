@@ -301,10 +301,10 @@ impl<R: ReadAt> Archive<R> {
 
     /// Checks section `s` against its BLAKE3 in the manifest.
     fn check_hash(&self, s: &SectionEntry) -> Result<()> {
-        if self.hash_of(s.index_offset, s.index_len, &s.module_name)? != s.blake3 {
-            return Err(Error::Checksum(format!("section {}", s.module_name)));
-        }
-        Ok(())
+        expect_hash(
+            s,
+            &self.hash_of(s.index_offset, s.index_len, &s.module_name)?,
+        )
     }
 
     /// Total length of the archive.
@@ -349,9 +349,7 @@ impl<R: ReadAt> Archive<R> {
                 Trie::sharded(&self.src, s.index_offset, s.index_len, s.row_count)
             } else {
                 self.section_bytes(s).and_then(|bytes| {
-                    if blake3::hash(&bytes).as_bytes() != &s.blake3 {
-                        return Err(Error::Checksum("trie".into()));
-                    }
+                    expect_hash(s, blake3::hash(&bytes).as_bytes())?;
                     Trie::whole(bytes)
                 })
             };
@@ -633,19 +631,23 @@ impl<R: ReadAt> Archive<R> {
         for s in self.sections.iter().filter(|s| !s.is_reserved()) {
             // Read whole, so checked whole: names and modes are under no
             // slice's hash, and an append would write damaged rows into a
-            // tail with good hashes, an extraction would follow them.
-            self.check_hash(s)?;
+            // tail with good hashes, an extraction would follow them. Read
+            // once, hashed and decoded from memory: the rows it makes take
+            // more room than its bytes.
+            let bytes = self.section_bytes(s)?;
+            expect_hash(s, blake3::hash(&bytes).as_bytes())?;
+            let bytes = bytes.as_slice();
             let sec = IpcSection::open(
-                &self.src,
+                &bytes,
                 "data",
-                s.index_offset,
+                0,
                 s.index_len,
                 Some(s.row_count),
                 base_schema(),
                 Decoded::BaseRows,
             )?;
             for i in 0..sec.num_batches() {
-                let b = RowBatch::new(&sec.batch(&self.src, i)?)?;
+                let b = RowBatch::new(&sec.batch(&bytes, i)?)?;
                 rows.extend((0..b.keys().len()).map(|r| b.row(r)));
             }
         }
@@ -880,6 +882,14 @@ pub(crate) fn for_each_blob<R: ReadAt>(
         }
         result
     })
+}
+
+/// `got`, the BLAKE3 of section `s`, must be the manifest's.
+fn expect_hash(s: &SectionEntry, got: &[u8; 32]) -> Result<()> {
+    match got == &s.blake3 {
+        true => Ok(()),
+        false => Err(Error::Checksum(format!("section {}", s.module_name))),
+    }
 }
 
 fn trie_disagrees(path: &str) -> Error {
