@@ -192,10 +192,18 @@ class Seaweed:
         self.port = free_port()
         ports = {k: free_port() for k in ("master", "volume", "filer", "admin", "iceberg")}
         self.catalog = f"http://127.0.0.1:{ports['iceberg']}"
+        # The unix sockets weed makes in /tmp whatever it is told (the S3
+        # API's outlives even a clean stop), as tests/python/seaweed.py.
+        grpc = {name: ports[name] for name in ("master", "volume", "filer", "admin")}
+        grpc["s3"] = self.port
+        self.sockets = [Path(f"/tmp/seaweedfs-s3-{self.port}.sock"),
+                        Path(f"/tmp/seaweedfs-filer-{ports['filer']}.sock")] + \
+            [Path(f"/tmp/seaweedfs-{name}-grpc-{port + 10000}.sock") for name, port in grpc.items()]
         env = server_env(AWS_ACCESS_KEY_ID=KEY, AWS_SECRET_ACCESS_KEY=SECRET)
         self.env = env
         self.proc = subprocess.Popen(
-            [weed, "mini", f"-dir={data}", "-ip=127.0.0.1", "-ip.bind=127.0.0.1",
+            [weed, f"-logdir={data}", "mini", f"-dir={data}", "-ip=127.0.0.1",
+             "-ip.bind=127.0.0.1", "-webdav=false", "-master.telemetry=false",
              "-bucket=bench", "-tableBucket=tables", "-admin.ui=false", f"-s3.port={self.port}",
              f"-master.port={ports['master']}", f"-volume.port={ports['volume']}",
              f"-filer.port={ports['filer']}", f"-admin.port={ports['admin']}",
@@ -229,7 +237,7 @@ class Seaweed:
                 time.sleep(0.5)
         if fsync:
             subprocess.run(
-                [weed, "shell", f"-master=127.0.0.1:{ports['master']}",
+                [weed, f"-logdir={data}", "shell", f"-master=127.0.0.1:{ports['master']}",
                  f"-filer=127.0.0.1:{ports['filer']}"],
                 input=b"fs.configure -locationPrefix=/buckets/bench/ -fsync -apply\n",
                 env=env, stdout=subprocess.DEVNULL, check=True, timeout=60,
@@ -262,6 +270,8 @@ class Seaweed:
     def stop(self):
         self.proc.terminate()
         self.proc.wait()
+        for path in self.sockets:
+            path.unlink(missing_ok=True)
 
 
 def get_latency(server, names):

