@@ -79,8 +79,9 @@ class Seaweed:
         env = os.environ | {"AWS_ACCESS_KEY_ID": KEY_ID, "AWS_SECRET_ACCESS_KEY": SECRET}
         with open(self.data / "weed.log", "ab") as log:
             self.proc = subprocess.Popen(
-                [weed_bin(), f"-logdir={self.data}", "mini", f"-dir={self.data}", "-ip=127.0.0.1", "-ip.bind=127.0.0.1",
-                 "-admin.ui=false", "-webdav=false", "-master.telemetry=false",
+                [weed_bin(), f"-logdir={self.data}", "mini", f"-dir={self.data}",
+                 "-ip=127.0.0.1", "-ip.bind=127.0.0.1", "-admin.ui=false", "-webdav=false",
+                 "-master.telemetry=false",
                  "-s3.port.lance=0", f"-bucket={BUCKET}", f"-tableBucket={TABLE_BUCKET}",
                  f"-s3.port={s3}", f"-s3.port.iceberg={iceberg}", f"-master.port={master}",
                  f"-volume.port={volume}", f"-filer.port={filer}", f"-admin.port={admin}"],
