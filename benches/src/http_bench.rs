@@ -349,7 +349,8 @@ async fn main() -> Result<()> {
         drop(server);
     }
 
-    // 4. Law 4: a 4 GiB upload, streamed, against the server's peak RSS.
+    // 4. Rule 4 of docs/architecture.md (bounded memory): a 4 GiB upload,
+    // streamed, against the server's peak RSS.
     if wants("rss") {
         let server = Server::start(&bin, &tmp.path().join("rss"))?;
         let base = server.base.clone();
