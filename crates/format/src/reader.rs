@@ -532,15 +532,16 @@ impl<R: ReadAt> Archive<R> {
             None => {
                 let mut r = self.first_row(path)?.ok_or_else(not_found)?;
                 let mut rows = Vec::new();
-                while r < self.rows && self.lookup_path(r)? == path {
+                while r < self.rows {
+                    let (b, i) = self.lookup_at(r)?;
+                    if b.keys().path(i) != path {
+                        if b.keys().key(i).fdata_offset != 0 {
+                            return Err(cut_short(path));
+                        }
+                        break;
+                    }
                     rows.push(self.lookup_row(r)?);
                     r += 1;
-                }
-                if r < self.rows {
-                    let (b, i) = self.lookup_at(r)?;
-                    if b.keys().key(i).fdata_offset != 0 {
-                        return Err(cut_short(path));
-                    }
                 }
                 rows
             }
@@ -886,10 +887,10 @@ pub(crate) fn for_each_blob<R: ReadAt>(
 
 /// `got`, the BLAKE3 of section `s`, must be the manifest's.
 fn expect_hash(s: &SectionEntry, got: &[u8; 32]) -> Result<()> {
-    match got == &s.blake3 {
-        true => Ok(()),
-        false => Err(Error::Checksum(format!("section {}", s.module_name))),
+    if got != &s.blake3 {
+        return Err(Error::Checksum(format!("section {}", s.module_name)));
     }
+    Ok(())
 }
 
 fn trie_disagrees(path: &str) -> Error {

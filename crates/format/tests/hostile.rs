@@ -6,9 +6,7 @@ mod common;
 use std::os::unix::fs::symlink;
 
 use common::*;
-use znippy_format::{
-    extract_all, Archive, ArchiveProps, Error, Metadata, TrieState, LOOKUP, RESERVED_PKG_TYPE,
-};
+use znippy_format::{extract_all, Archive, ArchiveProps, Error, Metadata, TrieState, LOOKUP};
 
 /// A named change to a value, for tables of hostile variants.
 type Tamper<'a, T> = (&'a str, &'a dyn Fn(&mut T));
@@ -372,33 +370,11 @@ fn a_file_whose_last_slice_is_renamed_is_an_error_not_a_shorter_file() {
         slice("f~", 1, 5, 7, 5),
         slice("g", 2, 12, 1, 0),
     ];
-    let with_trie = |rows: &[znippy_format::SliceRow]| {
-        let keys: Vec<(&str, u64)> = rows
-            .iter()
-            .filter(|r| r.fdata_offset == 0 || r.relative_path == "f~")
-            .map(|r| (r.relative_path.as_str(), r.chunk_seq))
-            .collect();
-        let bytes = craft(&blob, rows, small_props());
-        let a = Archive::open(bytes.as_slice()).unwrap();
-        let mut sections: Vec<RawSection> = a
-            .sections()
-            .iter()
-            .map(|s| RawSection {
-                pkg_type: s.pkg_type,
-                module: s.module_name.clone(),
-                bytes: bytes[s.index_offset as usize..(s.index_offset + s.index_len) as usize]
-                    .to_vec(),
-                rows: s.row_count,
-            })
-            .collect();
-        sections.push(RawSection {
-            pkg_type: RESERVED_PKG_TYPE,
-            module: TRIE_NAME.into(),
-            bytes: sharded_trie(&keys, 4_096),
-            rows: keys.len() as u64,
-        });
-        assemble(&blob, &sections, small_props(), &|_| {})
-    };
+    let trie_keys: Vec<(&str, u64)> = renamed
+        .iter()
+        .filter(|r| r.fdata_offset == 0 || r.relative_path == "f~")
+        .map(|r| (r.relative_path.as_str(), r.chunk_seq))
+        .collect();
     let good = craft(&blob, &whole, small_props());
     let mut out = Vec::new();
     Archive::open(good.as_slice())
@@ -408,7 +384,10 @@ fn a_file_whose_last_slice_is_renamed_is_an_error_not_a_shorter_file() {
     assert_eq!(out, b"hello, world");
     for (how, bytes) in [
         ("through the lookup", craft(&blob, &renamed, small_props())),
-        ("through the trie", with_trie(&renamed)),
+        (
+            "through the trie",
+            craft_with_trie(&blob, &renamed, &trie_keys, small_props()),
+        ),
     ] {
         let a = Archive::open(bytes.as_slice()).unwrap();
         assert_eq!(

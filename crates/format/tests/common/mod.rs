@@ -225,8 +225,31 @@ pub fn assemble(
 /// A hand-made archive with the given rows (data and lookup both `rows` as given) and
 /// no trie: lets a test put paths or numbers in an archive that our writer refuses.
 pub fn craft(blobs: &[u8], rows: &[SliceRow], props: ArchiveProps) -> Vec<u8> {
+    assemble(blobs, &crafted_sections(rows), props, &|_| {})
+}
+
+/// As [`craft`], with a version-5 trie of `keys` (each path and its first
+/// data row, in byte order) in one shard.
+pub fn craft_with_trie(
+    blobs: &[u8],
+    rows: &[SliceRow],
+    keys: &[(&str, u64)],
+    props: ArchiveProps,
+) -> Vec<u8> {
+    let mut sections = crafted_sections(rows);
+    sections.push(RawSection {
+        pkg_type: RESERVED_PKG_TYPE,
+        module: TRIE.into(),
+        bytes: sharded_trie(keys, 4_096),
+        rows: keys.len() as u64,
+    });
+    assemble(blobs, &sections, props, &|_| {})
+}
+
+/// The data and lookup sections of [`craft`].
+fn crafted_sections(rows: &[SliceRow]) -> Vec<RawSection> {
     let n = rows.len() as u64;
-    let sections = [
+    vec![
         RawSection {
             pkg_type: 0,
             module: "files".into(),
@@ -239,8 +262,7 @@ pub fn craft(blobs: &[u8], rows: &[SliceRow], props: ArchiveProps) -> Vec<u8> {
             bytes: ipc_bytes(&keys_batch(rows)),
             rows: n,
         },
-    ];
-    assemble(blobs, &sections, props, &|_| {})
+    ]
 }
 
 /// A version-5 trie section of `keys` in shards of `shard_keys`, laid out
