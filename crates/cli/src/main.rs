@@ -300,7 +300,11 @@ fn decompress(args: DecompressArgs) -> Result<()> {
         threads: t,
     } = args;
     let a = open(&archive)?;
-    let bar = Progress::new(a.entries("")?.iter().map(|e| e.size).sum(), "decompress");
+    let total = a
+        .entries("")?
+        .iter()
+        .fold(0, |n: u64, e| n.saturating_add(e.size));
+    let bar = Progress::new(total, "decompress");
     let opts = ExtractOptions {
         threads: threads(t),
         same_permissions,

@@ -258,7 +258,7 @@ fn printable(s: &str) -> std::borrow::Cow<'_, str> {
 fn info<R: ReadAt>(a: &Archive<R>, path: &Path) -> Result<()> {
     let p = a.props();
     let entries = a.entries("")?;
-    let raw: u64 = entries.iter().map(|e| e.size).sum();
+    let raw = entries.iter().fold(0, |n: u64, e| n.saturating_add(e.size));
     let mut out = std::io::stdout().lock();
     writeln!(out, "archive        {}", path.display())?;
     writeln!(

@@ -332,10 +332,16 @@ pub(crate) fn sealed_of(catalog: &Backend, table: &Table) -> Result<Option<Seale
 fn summary_u64(table: &Table, key: &str) -> Result<u64> {
     match summary(table, key) {
         None => Ok(0),
-        Some(value) => value.parse().map_err(|_| StoreError::BadSummary {
-            key: key.to_string(),
-            value,
-        }),
+        // These keys are counts and offsets that rows hold as Iceberg longs,
+        // so a larger value is damage (and the next append's number must
+        // not overflow).
+        Some(value) => match value.parse::<u64>() {
+            Ok(n) if i64::try_from(n).is_ok() => Ok(n),
+            _ => Err(StoreError::BadSummary {
+                key: key.to_string(),
+                value,
+            }),
+        },
     }
 }
 

@@ -9,7 +9,6 @@ use std::io::Write;
 use znippy_format::ReadAt;
 
 use crate::error::{Result, StoreError};
-use crate::object_storage::delete_prefix;
 use crate::segments::{Segment, SegmentRef, Segments};
 use crate::sidecar::Sidecar;
 
@@ -142,7 +141,7 @@ impl Blobs {
             },
             Blobs::Segments(segments) => {
                 let (store, prefix) = segments.store();
-                delete_prefix(store, prefix)
+                crate::segments::delete_all(store, prefix)
                     .await
                     .map_err(|source| StoreError::ObjectStore {
                         context: format!("removing the segments under {prefix}"),

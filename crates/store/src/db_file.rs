@@ -46,6 +46,19 @@ impl StorageBackend for DbFile {
     }
 
     fn read(&self, offset: u64, len: usize) -> io::Result<Vec<u8>> {
+        // The length comes from the file's own pages, which a damaged file
+        // can make anything: check it against the file before allocating.
+        let size = self.len()?;
+        if offset.checked_add(len as u64).is_none_or(|end| end > size) {
+            return Err(io::Error::new(
+                io::ErrorKind::UnexpectedEof,
+                format!(
+                    "{}: a read of {len} bytes at {offset} is past the file's end ({size} bytes); \
+                     the catalog is damaged",
+                    self.path.display()
+                ),
+            ));
+        }
         let mut buf = vec![0; len];
         self.file.read_exact_at(&mut buf, offset)?;
         Ok(buf)

@@ -156,6 +156,20 @@ pub enum StoreError {
     /// commit after it (see "roll forward" in docs/store.md) do not encode.
     #[error("corrupt live archive: the pending meta files of a snapshot: {0}")]
     PendingMeta(#[source] serde_json::Error),
+    /// The data directory holds tables or blobs but no catalog (it is
+    /// missing or empty), which a fresh catalog would quietly disown.
+    #[error(
+        "{}: the catalog is missing or empty, but {} is not: restore the \
+         catalog, or move the data directory away to start an empty store",
+        catalog.display(),
+        holding.display()
+    )]
+    CatalogMissing {
+        /// Where the catalog should be.
+        catalog: std::path::PathBuf,
+        /// A directory that holds what the catalog would have named.
+        holding: std::path::PathBuf,
+    },
 }
 
 /// What is wrong with a column of a row ([`StoreError::BadRow`]).

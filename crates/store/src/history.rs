@@ -17,7 +17,7 @@
 
 use std::collections::HashMap;
 
-use iceberg::spec::{Operation, TableMetadata};
+use iceberg::spec::{Operation, SnapshotRef, TableMetadata};
 
 use crate::catalog::BLOB_END_KEY;
 use crate::sealed::SEALED_KEY;
@@ -120,13 +120,7 @@ pub struct HistoryEntry {
 /// table) is left out, never an error.
 pub(crate) fn of(metadata: &TableMetadata) -> Vec<HistoryEntry> {
     let mut out = Vec::new();
-    let mut next = metadata.current_snapshot_id();
-    while let Some(snapshot) = next.and_then(|id| metadata.snapshot_by_id(id)) {
-        // A snapshot's parent is older, so a chain that loops is corrupt
-        // metadata; stop rather than spin.
-        if out.len() >= metadata.snapshots().len() {
-            break;
-        }
+    for snapshot in ancestors(metadata) {
         let summary = snapshot.summary();
         let props = &summary.additional_properties;
         let number = |key: &str| props.get(key).and_then(|v| v.parse::<u64>().ok());
@@ -150,7 +144,20 @@ pub(crate) fn of(metadata: &TableMetadata) -> Vec<HistoryEntry> {
             bytes: number(BYTES_KEY).filter(|_| counted),
             blob_end: number(BLOB_END_KEY),
         });
-        next = snapshot.parent_snapshot_id();
     }
     out
+}
+
+/// The current snapshot and its ancestors, newest first. A snapshot's
+/// parent is older, so a chain longer than the table's snapshots loops
+/// (damaged metadata, or a catalog that does not check parents): it ends
+/// there rather than spinning.
+pub(crate) fn ancestors(metadata: &TableMetadata) -> impl Iterator<Item = &SnapshotRef> {
+    let mut next = metadata.current_snapshot_id();
+    std::iter::from_fn(move || {
+        let snapshot = metadata.snapshot_by_id(next?)?;
+        next = snapshot.parent_snapshot_id();
+        Some(snapshot)
+    })
+    .take(metadata.snapshots().len())
 }

@@ -569,11 +569,29 @@ impl Store {
 
     /// Opens (or creates) the store in `dir` with `opts`.
     pub async fn open_with(dir: &Path, opts: StoreOptions) -> Result<Self> {
+        let db = dir.join("catalog.redb");
+        let fresh = std::fs::metadata(&db).map_or(true, |m| m.len() == 0);
         for sub in ["warehouse", "blobs"] {
-            std::fs::create_dir_all(dir.join(sub))
-                .map_err(|e| StoreError::io(format!("creating {}", dir.join(sub).display()), e))?;
+            let sub = dir.join(sub);
+            let mut entries = match std::fs::read_dir(&sub) {
+                Ok(entries) => entries,
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                    std::fs::create_dir_all(&sub)
+                        .map_err(|e| StoreError::io(format!("creating {}", sub.display()), e))?;
+                    continue;
+                }
+                Err(e) => return Err(StoreError::io(format!("reading {}", sub.display()), e)),
+            };
+            // A new catalog would open on them as an empty store, and the
+            // first create of an id would cut that id's sidecar to nothing.
+            if fresh && entries.next().is_some() {
+                return Err(StoreError::CatalogMissing {
+                    catalog: db,
+                    holding: sub,
+                });
+            }
         }
-        let catalog = RedbCatalog::open(&dir.join("catalog.redb"), &dir.join("warehouse")).await?;
+        let catalog = RedbCatalog::open(&db, &dir.join("warehouse")).await?;
         let backend = Backend::local(catalog, dir.join("blobs"));
         Self::open_on(backend, Some(dir.to_path_buf()), opts).await
     }
@@ -1164,7 +1182,8 @@ impl Store {
         Ok(())
     }
 
-    /// Removes the blob segments that no committed row names, once they are
+    /// Removes the blob segments that no committed row names (and nothing
+    /// else under the prefix: only segments and sealed files), once they are
     /// older than `min_age`: what an append leaves when it fails between
     /// its upload and its commit (the catalog went away, or it lost more
     /// commit races than it may), and what a drop left when object storage
@@ -1189,21 +1208,30 @@ impl Store {
                 context: format!("listing the segments under {prefix}"),
                 source,
             })?;
-        let cutoff = std::time::SystemTime::now() - min_age;
+        // An age past the epoch keeps everything.
+        let cutoff = std::time::SystemTime::now()
+            .checked_sub(min_age)
+            .unwrap_or(std::time::UNIX_EPOCH);
         let mut named: HashMap<String, HashSet<String>> = HashMap::new();
         let mut garbage = Vec::new();
         for object in listed {
             if std::time::SystemTime::from(object.last_modified) > cutoff {
                 continue;
             }
-            let id = object
-                .location
-                .prefix_match(prefix)
-                .and_then(|mut parts| parts.next())
-                .map(|p| p.as_ref().to_string());
-            let Some(id) = id else {
+            // Only what the store writes there, a segment or a sealed file
+            // directly under an archive's id: a catalog may keep its tables
+            // under the same prefix.
+            let Some(parts) = object.location.prefix_match(prefix) else {
                 continue;
             };
+            let parts: Vec<_> = parts.collect();
+            let [id, name] = parts.as_slice() else {
+                continue;
+            };
+            if !segments::is_ours(name.as_ref()) {
+                continue;
+            }
+            let id = id.as_ref().to_string();
             if !named.contains_key(&id) {
                 named.insert(id.clone(), self.named_segments(&id).await?);
             }

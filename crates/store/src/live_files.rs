@@ -20,7 +20,10 @@ pub struct LiveFile {
 
 impl LiveFile {
     fn size(&self) -> u64 {
-        self.rows.iter().map(|r| r.uncompressed_size).sum()
+        // Sizes come from the tables: a damaged row must not overflow them.
+        self.rows
+            .iter()
+            .fold(0, |n, r| n.saturating_add(r.uncompressed_size))
     }
 
     pub(crate) fn entry(&self, path: &str) -> Entry {
@@ -54,20 +57,20 @@ impl LiveFiles {
 
     /// Sets `path`'s file, returning the one it replaced.
     pub fn insert(&mut self, path: String, file: LiveFile) -> Option<LiveFile> {
-        self.bytes += file.size();
+        self.bytes = self.bytes.saturating_add(file.size());
         if matches!(nfc(&path), Cow::Owned(_)) {
             self.unnormalized.insert(path.clone());
         }
         let old = self.files.insert(path, file);
         if let Some(old) = &old {
-            self.bytes -= old.size();
+            self.bytes = self.bytes.saturating_sub(old.size());
         }
         old
     }
 
     pub fn remove(&mut self, path: &str) -> Option<LiveFile> {
         let old = self.files.remove(path)?;
-        self.bytes -= old.size();
+        self.bytes = self.bytes.saturating_sub(old.size());
         self.unnormalized.remove(path);
         Some(old)
     }

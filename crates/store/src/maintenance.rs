@@ -157,10 +157,10 @@ async fn under_lock<T: Send + 'static>(
 fn choose(rows: &[u64]) -> Vec<bool> {
     let mut order: Vec<usize> = (0..rows.len()).collect();
     order.sort_by_key(|&i| std::cmp::Reverse(rows[i]));
-    let mut smaller: u64 = rows.iter().sum();
+    let mut smaller: u64 = rows.iter().fold(0, |n, &r| n.saturating_add(r));
     let mut merge = vec![true; rows.len()];
     for &i in &order {
-        smaller -= rows[i];
+        smaller = smaller.saturating_sub(rows[i]);
         if rows[i] <= TIER.saturating_mul(smaller) {
             break;
         }

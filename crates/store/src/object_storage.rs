@@ -185,10 +185,7 @@ impl Storage for ObjectStorage {
 }
 
 /// Deletes every object under `prefix`, in bulk requests.
-pub(crate) async fn delete_prefix(
-    store: &Arc<dyn ObjectStore>,
-    prefix: &Path,
-) -> object_store::Result<()> {
+async fn delete_prefix(store: &Arc<dyn ObjectStore>, prefix: &Path) -> object_store::Result<()> {
     let keys = store
         .list(Some(prefix))
         .map_ok(|meta| meta.location)
@@ -197,7 +194,9 @@ pub(crate) async fn delete_prefix(
 }
 
 /// Runs a stream of deletes to its end; an object already gone is deleted.
-async fn drain(deleted: BoxStream<'_, object_store::Result<Path>>) -> object_store::Result<()> {
+pub(crate) async fn drain(
+    deleted: BoxStream<'_, object_store::Result<Path>>,
+) -> object_store::Result<()> {
     deleted
         .map(|done| match done {
             Ok(_) | Err(object_store::Error::NotFound { .. }) => Ok(()),

@@ -43,6 +43,39 @@ use znippy_format::ReadAt;
 
 use crate::error::{Result, StoreError};
 
+/// How a segment's object is named, under its archive's prefix.
+const SEGMENT_SUFFIX: &str = ".blobs";
+/// How a sealed archive's object is named, beside the segments.
+const SEALED_PREFIX: &str = "sealed-";
+const SEALED_SUFFIX: &str = ".znippy";
+
+/// Whether an object named `name`, directly under an archive's prefix, is
+/// one the store wrote there: a segment or a sealed archive. The prefix of
+/// the blobs may hold what is not the store's (a REST catalog whose
+/// warehouse is the same prefix keeps its tables at `znippy/<id>/...`
+/// below it), and a drop or a gc must leave that alone.
+pub(crate) fn is_ours(name: &str) -> bool {
+    name.ends_with(SEGMENT_SUFFIX)
+        || (name.starts_with(SEALED_PREFIX) && name.ends_with(SEALED_SUFFIX))
+}
+
+/// Deletes the objects of one archive, those [`is_ours`] directly under its
+/// `prefix`, in bulk requests.
+pub(crate) async fn delete_all(
+    store: &Arc<dyn ObjectStore>,
+    prefix: &Path,
+) -> object_store::Result<()> {
+    let listed = store.list_with_delimiter(Some(prefix)).await?;
+    let keys = listed
+        .objects
+        .into_iter()
+        .map(|o| o.location)
+        .filter(|key| key.filename().is_some_and(is_ours))
+        .map(Ok);
+    let keys = futures::StreamExt::boxed(futures::stream::iter(keys));
+    crate::object_storage::drain(store.delete_stream(keys)).await
+}
+
 /// Bytes of a segment held before it becomes a multipart upload, and the
 /// size of each part (S3 parts are at least 5 MiB, but for the last).
 pub const PART: usize = 8 << 20;
@@ -123,7 +156,7 @@ impl SegmentWriter {
     ) -> SegmentWriter {
         let key = prefix
             .clone()
-            .join(format!("{}.blobs", uuid::Uuid::now_v7()));
+            .join(format!("{}{SEGMENT_SUFFIX}", uuid::Uuid::now_v7()));
         Self::at(store, runtime, key, start)
     }
 
@@ -354,7 +387,7 @@ impl Segments {
     /// A writer of the archive's sealed `.znippy`: a new object beside
     /// the segments, written as they are (`sealed.rs`).
     pub fn sealed_writer(&self) -> SegmentWriter {
-        let name = format!("sealed-{}.znippy", uuid::Uuid::now_v7());
+        let name = format!("{SEALED_PREFIX}{}{SEALED_SUFFIX}", uuid::Uuid::now_v7());
         SegmentWriter::at(
             Arc::clone(&self.store),
             self.runtime.clone(),

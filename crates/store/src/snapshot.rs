@@ -286,7 +286,14 @@ impl RedbCatalog {
         self.file_io().new_output(path)?.write(file.into()).await?;
         let count = |status| entries.iter().filter(move |e| e.status == status);
         let files = |status| Some(count(status).count() as u32);
-        let rows = |status| Some(count(status).map(|e| e.data_file.record_count()).sum());
+        // The counts come from manifests on disk: summed without overflow.
+        let rows = |status| {
+            Some(
+                count(status)
+                    .map(|e| e.data_file.record_count())
+                    .fold(0, u64::saturating_add),
+            )
+        };
         Ok(ManifestFile {
             manifest_path: path.to_string(),
             manifest_length,

@@ -400,15 +400,15 @@ pub async fn scan_all(table: &Table) -> Result<Vec<RecordBatch>> {
 pub async fn rows_since(table: &Table, since: Option<i64>) -> Result<Vec<RecordBatch>> {
     let md = table.metadata();
     let mut newer = Vec::new();
-    let mut at = md.current_snapshot();
-    while let Some(s) = at {
+    let mut found = since.is_none();
+    for s in crate::history::ancestors(md) {
         if Some(s.snapshot_id()) == since {
+            found = true;
             break;
         }
         newer.push(s);
-        at = s.parent_snapshot_id().and_then(|p| md.snapshot_by_id(p));
     }
-    if at.is_none() && since.is_some() {
+    if !found {
         return scan_all(table).await;
     }
     let mut files = Vec::new();

@@ -87,6 +87,22 @@ async fn append_read_replace_delete_and_restart_on_object_storage() {
             .await
             .unwrap();
     }
+    // And what is not the store's: a catalog whose warehouse is the blobs'
+    // prefix keeps its tables below `znippy/<id>/`, beside the archives'
+    // ids, and anyone may leave a file beside an archive's segments.
+    let foreign = [
+        remote
+            .prefix
+            .clone()
+            .join("znippy")
+            .join("a1")
+            .join("files")
+            .join("00001.metadata.json"),
+        remote.prefix.clone().join("a1").join("notes.txt"),
+    ];
+    for key in &foreign {
+        remote.blobs.put(key, b"{}".to_vec().into()).await.unwrap();
+    }
     let young = store
         .gc(std::time::Duration::from_secs(3600))
         .await
@@ -94,12 +110,28 @@ async fn append_read_replace_delete_and_restart_on_object_storage() {
     assert_eq!(young.objects, 0, "an append in flight keeps its segment");
     let old = store.gc(std::time::Duration::ZERO).await.unwrap();
     assert_eq!((old.objects, old.bytes), (2, 8));
-    assert_eq!(segments().await.unwrap().len(), 3);
+    assert_eq!(segments().await.unwrap().len(), 4, "3 segments, notes.txt");
+    for key in &foreign {
+        remote.blobs.head(key).await.unwrap();
+    }
     assert_eq!(read(&store, "a1", "copy").await, text(7, 300_000));
 
     store.drop_archive("a1").await.unwrap();
-    assert!(segments().await.unwrap().is_empty());
+    let left: Vec<_> = segments().await.unwrap();
+    assert_eq!(left.len(), 1, "the drop removed only segments: {left:?}");
+    assert_eq!(left[0].location, foreign[1]);
     assert!(store.list().await.unwrap().is_empty());
+    // An archive whose id is the catalog's namespace takes only its own
+    // objects with it.
+    create(&store, "znippy", false).await;
+    store
+        .append("znippy", vec![file("f", b"x")], None)
+        .await
+        .unwrap();
+    store.drop_archive("znippy").await.unwrap();
+    for key in &foreign {
+        remote.blobs.head(key).await.unwrap();
+    }
 
     // An archive made without metadata takes its first facts (the REST
     // catalog's namespace cannot record it; the meta table's snapshot does).
@@ -312,6 +344,52 @@ async fn uncommitted_sidecar_bytes_are_cut_off_on_open() {
     let store = Store::open(tmp.path(), 1).await.unwrap();
     assert_eq!(store.info("a").await.unwrap().bytes_stored, committed);
     assert_eq!(std::fs::metadata(&sidecar).unwrap().len(), committed);
+    assert_eq!(read(&store, "a", "x").await, text(1, 40_000));
+}
+
+/// A data directory whose catalog is gone (removed, or cut to nothing)
+/// does not open as an empty store, which would disown its tables and cut
+/// a recreated id's sidecar; a damaged catalog is an error, not an abort
+/// (redb's own page lengths are checked against the file before a read).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_missing_or_damaged_catalog_is_refused() {
+    let tmp = tempfile::tempdir().unwrap();
+    {
+        let store = Store::open(tmp.path(), 1).await.unwrap();
+        create(&store, "a", false).await;
+        store
+            .append("a", vec![file("x", &text(1, 40_000))], None)
+            .await
+            .unwrap();
+    }
+    let (db, sidecar) = (
+        tmp.path().join("catalog.redb"),
+        tmp.path().join("blobs/a.znippy"),
+    );
+    let (saved, blobs) = (
+        std::fs::read(&db).unwrap(),
+        std::fs::read(&sidecar).unwrap(),
+    );
+    for gone in [false, true] {
+        if gone {
+            std::fs::remove_file(&db).unwrap();
+        } else {
+            std::fs::write(&db, b"").unwrap();
+        }
+        let refused = Store::open(tmp.path(), 1).await;
+        assert!(
+            matches!(&refused, Err(StoreError::CatalogMissing { holding, .. }) if holding.ends_with("warehouse")),
+            "{refused:?}"
+        );
+        assert_eq!(std::fs::read(&sidecar).unwrap(), blobs);
+    }
+    // A length field of redb's header made enormous.
+    let mut damaged = saved.clone();
+    damaged[200..208].fill(0xFF);
+    std::fs::write(&db, &damaged).unwrap();
+    assert!(Store::open(tmp.path(), 1).await.is_err());
+    std::fs::write(&db, &saved).unwrap();
+    let store = Store::open(tmp.path(), 1).await.unwrap();
     assert_eq!(read(&store, "a", "x").await, text(1, 40_000));
 }
 
