@@ -182,15 +182,26 @@ impl IpcSection {
                 rows.unwrap_or_default()
             )));
         }
+        // Each block in bounds, and after the one before: a footer that
+        // names one block many times would make a few bytes decode as many
+        // batches, past any bound on the section's size.
+        let mut free_from = 0;
         for b in &blocks {
-            let end = u64::try_from(b.offset())
-                .ok()
+            let start = u64::try_from(b.offset()).ok();
+            let end = start
                 .zip(u64::try_from(b.metaDataLength()).ok())
                 .zip(u64::try_from(b.bodyLength()).ok())
                 .and_then(|((o, m), body)| o.checked_add(m)?.checked_add(body));
-            if end.is_none_or(|end| end > data_end) || b.metaDataLength() < 8 {
+            let (Some(start), Some(end)) = (start, end) else {
+                return Err(bad("record batch block out of bounds".into()));
+            };
+            if end > data_end || b.metaDataLength() < 8 {
                 return Err(bad("record batch block out of bounds".into()));
             }
+            if start < free_from {
+                return Err(bad("record batch blocks overlap or are out of order".into()));
+            }
+            free_from = end;
         }
         Ok(IpcSection {
             name,
@@ -232,10 +243,22 @@ impl IpcSection {
         let len = block.metaDataLength() as u64 + block.bodyLength() as u64;
         let mut bytes = vec![0u8; len as usize];
         read_at(src, &mut bytes, start, self.name)?;
+        // The rows this batch must have, checked before anything is decoded:
+        // what a batch may decode to follows from its row count.
+        let rows = match self.rows {
+            Some(rows) => {
+                let n = rows
+                    .saturating_sub(i as u64 * self.batch_rows)
+                    .min(self.batch_rows);
+                n..=n
+            }
+            None => 0..=self.batch_rows,
+        };
         check_message(
             &bytes,
             block.metaDataLength() as usize,
             &self.schema,
+            rows,
             self.decoded,
         )
         .map_err(|m| Error::corrupt(format!("{}: batch {i}: {m}", self.name)))?;
@@ -244,17 +267,6 @@ impl IpcSection {
             .read_record_batch(block, &buf)
             .map_err(|e| Error::corrupt(format!("{}: batch {i}: {e}", self.name)))?
             .ok_or_else(|| Error::corrupt(format!("{}: batch {i} is empty", self.name)))?;
-        let n = decoded.num_rows() as u64;
-        let ok = match self.rows {
-            Some(rows) => n == (rows - i as u64 * self.batch_rows).min(self.batch_rows),
-            None => n <= self.batch_rows,
-        };
-        if !ok {
-            return Err(Error::corrupt(format!(
-                "{}: batch {i} has {n} rows, which does not match the manifest",
-                self.name
-            )));
-        }
         Ok(decoded)
     }
 }
@@ -353,12 +365,14 @@ pub(crate) fn read_at(src: &dyn ReadAt, buf: &mut [u8], offset: u64, what: &str)
 /// arrow's IPC decoder trusts the lengths in a message: a node length larger than
 /// its buffers panics, and a compressed buffer's length prefix sizes an
 /// allocation. Our sections hold only flat columns, so the whole message can be
-/// checked here first: node lengths and null counts against the batch length,
+/// checked here first: the batch length against `rows` (what the manifest's
+/// row count leaves for this batch), node lengths and null counts against it,
 /// buffers against the body, and the decoded size against `bound`.
 fn check_message(
     block: &[u8],
     meta_len: usize,
     schema: &SchemaRef,
+    rows: std::ops::RangeInclusive<u64>,
     bound: Decoded,
 ) -> Result<(), String> {
     let meta = block.get(..meta_len).ok_or("metadata past the block")?;
@@ -371,8 +385,12 @@ fn check_message(
     let msg = arrow_ipc::root_as_message(fb).map_err(|e| format!("unreadable message: {e}"))?;
     let rb = msg.header_as_record_batch().ok_or("not a record batch")?;
     let len = u64::try_from(rb.length()).map_err(|_| "negative length")?;
-    if len > BATCH_ROWS as u64 {
-        return Err(format!("{len} rows in one batch"));
+    if !rows.contains(&len) {
+        return Err(format!(
+            "{len} rows, which does not match the manifest ({} to {})",
+            rows.start(),
+            rows.end()
+        ));
     }
     // Variadic buffer counts belong to view columns, which no section has;
     // arrow asserts, rather than checks, that none are left over.

@@ -16,7 +16,9 @@ use crate::schema::{manifest_schema, BATCH_ROWS, RESERVED, RESERVED_PKG_TYPE};
 /// Schema-metadata key recording the end of the blob region.
 pub(crate) const KEY_BLOB_END: &str = "znippy.blob_end";
 
-/// Most manifest rows a reader accepts: bounds what a damaged row count can cost.
+/// Most manifest rows a reader accepts. (What a damaged manifest can cost to
+/// decode is bounded by its length: its buffers are plain, and its blocks may
+/// not overlap, see `ipc.rs`.)
 const MAX_SECTIONS: u64 = 1 << 16;
 
 /// One manifest row: where a section is and what it holds.

@@ -4,6 +4,10 @@
 mod common;
 
 use std::os::unix::fs::symlink;
+use std::sync::Arc;
+
+use arrow_array::RecordBatch;
+use arrow_ipc::writer::FileWriter;
 
 use common::*;
 use znippy_format::{extract_all, Archive, ArchiveProps, Error, Metadata, TrieState, LOOKUP};
@@ -523,4 +527,115 @@ fn a_path_twice_in_one_batch_is_refused_by_name() {
         matches!(&err, Error::Input { path, .. } if path == "a/x"),
         "{err}"
     );
+}
+
+/// An Arrow IPC file of `batches`, one block each, whose footer then names
+/// the first block in place of every other (the section is otherwise
+/// untouched: the blocks' bytes are all there).
+fn ipc_naming_the_first_block_each_time(batches: &[RecordBatch]) -> Vec<u8> {
+    let mut out = Vec::new();
+    let mut w = FileWriter::try_new(&mut out, &batches[0].schema()).unwrap();
+    for b in batches {
+        w.write(b).unwrap();
+    }
+    w.finish().unwrap();
+    drop(w);
+    let footer_end = out.len() - 10;
+    let footer_len = i32::from_le_bytes(out[footer_end..footer_end + 4].try_into().unwrap());
+    let footer_start = footer_end - footer_len as usize;
+    let footer = arrow_ipc::root_as_footer(&out[footer_start..footer_end]).unwrap();
+    let blocks: Vec<arrow_ipc::Block> = footer.recordBatches().unwrap().iter().copied().collect();
+    // A block is a flatbuffer struct: offset, metadata length, 4 bytes of
+    // padding, body length.
+    let layout = |b: &arrow_ipc::Block| {
+        [
+            &b.offset().to_le_bytes()[..],
+            &b.metaDataLength().to_le_bytes(),
+            &[0; 4],
+            &b.bodyLength().to_le_bytes(),
+        ]
+        .concat()
+    };
+    for b in &blocks[1..] {
+        let at = footer_start
+            + out[footer_start..footer_end]
+                .windows(24)
+                .position(|w| w == layout(b))
+                .unwrap();
+        out[at..at + 24].copy_from_slice(&layout(&blocks[0]));
+    }
+    out
+}
+
+/// Found by review: nothing checked that a footer's blocks are distinct, so
+/// a footer naming one block many times made a small section decode as
+/// many batches (a manifest of 4.7 MB took 1.45 GB), and passed the check
+/// of batches against the row count with repeated rows. Blocks must follow
+/// one another now.
+#[test]
+fn a_footer_that_names_one_block_twice_is_refused() {
+    let blob = b"hello".to_vec();
+    let rows: Vec<_> = (0..6)
+        .map(|i| raw_row(&format!("f{i}"), i, 0, &blob))
+        .collect();
+    let in_threes = |batch: RecordBatch| {
+        let mut md = batch.schema().metadata().clone();
+        md.insert(znippy_format::BATCH_ROWS_KEY.to_string(), "3".to_string());
+        let schema = Arc::new(batch.schema().as_ref().clone().with_metadata(md));
+        batch.with_schema(schema).unwrap()
+    };
+    let data = in_threes(rows_batch(&rows));
+    let section = |files: Vec<u8>| {
+        vec![
+            RawSection {
+                pkg_type: 0,
+                module: "files".into(),
+                bytes: files,
+                rows: 6,
+            },
+            RawSection {
+                pkg_type: znippy_format::RESERVED_PKG_TYPE,
+                module: LOOKUP.into(),
+                bytes: ipc_bytes(&keys_batch(&rows)),
+                rows: 6,
+            },
+        ]
+    };
+    let two_blocks = |a: RecordBatch, b: RecordBatch| {
+        let mut out = Vec::new();
+        let mut w = FileWriter::try_new(&mut out, &a.schema()).unwrap();
+        w.write(&a).unwrap();
+        w.write(&b).unwrap();
+        w.finish().unwrap();
+        drop(w);
+        out
+    };
+    let control = assemble(
+        &blob,
+        &section(two_blocks(data.slice(0, 3), data.slice(3, 3))),
+        small_props(),
+        &|_| {},
+    );
+    let a = Archive::open(control.as_slice()).unwrap();
+    assert_eq!(a.list("").unwrap().len(), 6, "the control reads");
+    a.verify(1).unwrap();
+
+    let repeated = assemble(
+        &blob,
+        &section(ipc_naming_the_first_block_each_time(&[
+            data.slice(0, 3),
+            data.slice(3, 3),
+        ])),
+        small_props(),
+        &|_| {},
+    );
+    let err = match Archive::open(repeated.as_slice()) {
+        Err(e) => e,
+        Ok(a) => a.list("").and_then(|_| a.verify(1)).unwrap_err(),
+    };
+    assert!(
+        err.to_string().contains("overlap or are out of order"),
+        "{err}"
+    );
+    assert!(!exercise(&repeated));
 }
