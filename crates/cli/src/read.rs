@@ -146,8 +146,7 @@ fn list<R: ReadAt>(a: &Archive<R>, args: &ListArgs) -> Result<()> {
             let path = printable(&e.path);
             write!(out, "{}{mode} {:>12} {path}", kind.letter(), e.size)?;
             if kind == Kind::Symlink {
-                let mut target = Vec::new();
-                a.read_file(&e.path, &mut target)?;
+                let target = a.read_link(&e.path)?;
                 write!(out, " -> {}", printable(&String::from_utf8_lossy(&target)))?;
             }
             writeln!(out)?;
@@ -199,9 +198,10 @@ fn get<R: ReadAt>(a: &Archive<R>, args: &GetArgs) -> Result<()> {
                 }
             };
             if entry.kind()? == Kind::Symlink {
-                // The link itself, as extraction makes it.
-                let target = std::fs::read(&tmp)?;
+                // The link itself, as extraction makes it, its target read
+                // again with the cap on a link's length.
                 std::fs::remove_file(&tmp)?;
+                let target = a.read_link(path)?;
                 let target = std::ffi::OsStr::from_bytes(&target);
                 std::os::unix::fs::symlink(target, dest)
                     .with_context(|| format!("making the link {}", dest.display()))?;

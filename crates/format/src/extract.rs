@@ -183,11 +183,9 @@ pub fn extract_all_with<R: ReadAt>(
         }
     }
     // Links last: nothing written above could have gone through one.
-    let mut target = Vec::new();
     for (p, e) in &entries {
         if e.kind == Kind::Symlink {
-            target.clear();
-            archive.read_file(p, &mut target)?;
+            let target = archive.read_link(p)?;
             root.symlink(p, &target)
                 .map_err(|err| Error::io(format!("making the link {}", in_dest(p)), err))?;
         }

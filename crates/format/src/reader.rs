@@ -30,7 +30,7 @@ use crate::blobs::{BlobRegion, BlobScratch};
 use crate::error::{Error, Result};
 use crate::io::ReadAt;
 use crate::ipc::{read_at, Batches, Decoded, IpcSection};
-use crate::kind::Kind;
+use crate::kind::{Kind, MAX_LINK_TARGET};
 use crate::manifest::{self, SectionEntry};
 use crate::meta::{MetaTable, Metadata};
 use crate::props::ArchiveProps;
@@ -585,6 +585,34 @@ impl<R: ReadAt> Archive<R> {
             mode: rows.first().and_then(|r| r.mode),
             slices: rows.len() as u64,
         })
+    }
+
+    /// The target of the symbolic link `path`. Its rows are checked before
+    /// any blob is read: a link whose rows say it is longer than
+    /// [`MAX_LINK_TARGET`] is corrupt, not a target to buffer.
+    pub fn read_link(&self, path: &str) -> Result<Vec<u8>> {
+        let rows = self.slices(path)?;
+        let kind = Kind::of(rows.first().and_then(|r| r.mode))?;
+        if kind != Kind::Symlink {
+            return Err(Error::corrupt(format!("{path}: not a symbolic link")));
+        }
+        let size = rows
+            .iter()
+            .fold(0u64, |n, r| n.saturating_add(r.uncompressed_size));
+        if size > MAX_LINK_TARGET as u64 {
+            return Err(Error::corrupt(format!(
+                "{path}: a link target of {size} bytes"
+            )));
+        }
+        let mut target = Vec::with_capacity(size as usize);
+        self.region().write_range(
+            &self.src,
+            &rows,
+            0..u64::MAX,
+            &mut target,
+            &mut BlobScratch::default(),
+        )?;
+        Ok(target)
     }
 
     /// Paths starting with `prefix`, in byte order. Reads only the trie when there

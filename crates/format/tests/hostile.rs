@@ -639,3 +639,29 @@ fn a_footer_that_names_one_block_twice_is_refused() {
     );
     assert!(!exercise(&repeated));
 }
+
+/// Found by review: `list -l` read a link's target whole, however long its
+/// rows said it was (300 MB of zeros took 1.85 GB). A target is read only
+/// through `read_link`, which checks the length first.
+#[test]
+fn a_link_target_longer_than_a_link_may_be_is_refused_before_reading() {
+    let link = |path: &str, seq: u64, target: &[u8]| znippy_format::SliceRow {
+        mode: Some(znippy_format::S_IFLNK | 0o777),
+        ..raw_row(path, seq, 0, target)
+    };
+    let short = b"../elsewhere".to_vec();
+    let bytes = craft(&short, &[link("l", 0, &short)], small_props());
+    let a = Archive::open(bytes.as_slice()).unwrap();
+    assert_eq!(a.read_link("l").unwrap(), short);
+
+    let long = vec![b'a'; znippy_format::MAX_LINK_TARGET + 1];
+    let bytes = craft(&long, &[link("l", 0, &long)], small_props());
+    let a = Archive::open(bytes.as_slice()).unwrap();
+    let err = a.read_link("l").unwrap_err();
+    assert!(
+        err.to_string().contains("a link target of 4097 bytes"),
+        "{err}"
+    );
+    let tmp = tempfile::tempdir().unwrap();
+    assert!(extract_all(&a, tmp.path(), 1, &|_| {}).is_err());
+}

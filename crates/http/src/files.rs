@@ -193,6 +193,14 @@ pub(crate) async fn get_file(
         let mut target = Vec::new();
         if kind == Kind::Symlink {
             let len = file.entry().size;
+            // The rows say how long the target is; a damaged table must not
+            // size what is read into memory.
+            if len > znippy_format::MAX_LINK_TARGET as u64 {
+                return Err(znippy_format::Error::Corrupt(format!(
+                    "{path}: a link target of {len} bytes"
+                ))
+                .into());
+            }
             target = tokio::task::spawn_blocking(move || {
                 let mut t = Vec::new();
                 file.read_range(0..len, &mut t).map(|_| t)
