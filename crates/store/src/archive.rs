@@ -254,6 +254,10 @@ pub struct LiveArchive {
     /// A group commit failed: the blobs past the committed end (and the
     /// engine that wrote them) are to be dropped before the next append.
     broken: bool,
+    /// A change's `files` snapshot committed but its `meta` step failed:
+    /// [`LiveArchive::finish_meta`] completes it before the next change,
+    /// whose snapshot would no longer name the meta data files to commit.
+    meta_behind: bool,
     /// Where the first of the appends now pending (queued, committing or
     /// writing) started: every committed blob lies below it.
     pending_floor: u64,
@@ -444,18 +448,14 @@ impl LiveArchive {
         let files_ident = TableIdent::new(ns.clone(), FILES.into());
         let meta_ident = TableIdent::new(ns.clone(), META.into());
         let files = tables::upgrade_files(catalog, catalog.load_table(&files_ident).await?).await?;
-        let mut meta = catalog.load_table(&meta_ident).await?;
+        let meta = catalog.load_table(&meta_ident).await?;
         if let Some(redb) = catalog.redb() {
             for ident in [&files_ident, &meta_ident] {
                 redb.lay_out(ident).await;
             }
         }
         let append_seq = summary_u64(&files, APPEND_SEQ_KEY)?;
-        if summary_u64(&meta, APPEND_SEQ_KEY)? < append_seq {
-            if let Some(pending) = summary(&files, PENDING_META_KEY) {
-                meta = roll_forward_meta(catalog, &meta, &pending, append_seq).await?;
-            }
-        }
+        let meta = roll_forward(catalog, &files, meta).await?;
         let blob_end = summary_u64(&files, BLOB_END_KEY)?;
         let meta_snapshot_id = meta.metadata().current_snapshot_id();
         let all_rows = tables::file_rows(&tables::scan_all(&files).await?)?;
@@ -512,6 +512,7 @@ impl LiveArchive {
             queue: Vec::new(),
             committing: false,
             broken: false,
+            meta_behind: false,
             pending_floor: 0,
             threads,
         };
@@ -839,6 +840,7 @@ impl LiveArchive {
             }
         };
         let meta_committed = meta_committed.map_err(Arc::new);
+        self.meta_behind |= meta_committed.is_err();
         let commit_time = group.started.elapsed();
         if !folded {
             let segments = group.file_rows.iter().filter_map(|r| r.segment.clone());
@@ -1026,6 +1028,7 @@ impl LiveArchive {
     /// [`LiveArchive::refresh`] of the `files` table alone: what reads of
     /// files need (one catalog round trip, not two).
     pub(crate) async fn refresh_files(&mut self, catalog: &Backend) -> Result<()> {
+        self.finish_meta(catalog).await?;
         if !self.others_may_change() {
             return Ok(());
         }
@@ -1049,6 +1052,22 @@ impl LiveArchive {
                 self.sealed_by(catalog, sealed)?;
             }
         }
+        Ok(())
+    }
+
+    /// Completes a `meta` step that failed after its `files` snapshot
+    /// committed, as an open would (the roll forward of docs/store.md), and
+    /// folds its facts in. Called before every change, since the change's
+    /// own snapshot replaces the summary that names the step's data files.
+    pub(crate) async fn finish_meta(&mut self, catalog: &Backend) -> Result<()> {
+        if !self.meta_behind {
+            return Ok(());
+        }
+        let files = catalog.load_table(&self.files_ident).await?;
+        let meta = catalog.load_table(&self.meta_ident).await?;
+        roll_forward(catalog, &files, meta).await?;
+        self.catch_up_meta(catalog).await?;
+        self.meta_behind = false;
         Ok(())
     }
 
@@ -1317,8 +1336,9 @@ impl LiveArchive {
         self.append_seq = seq;
         self.snapshot_id = Some(snapshot_id);
         if !pending.is_empty() {
-            committed.maintenance_due |=
-                commit_pending_meta(catalog, &self.meta_ident, pending, seq).await?;
+            let due = commit_pending_meta(catalog, &self.meta_ident, pending, seq).await;
+            self.meta_behind |= due.is_err();
+            committed.maintenance_due |= due?;
             if let Metadata::Present(t) = &mut self.meta {
                 t.remove_path(path);
             }
@@ -1590,26 +1610,29 @@ async fn fast_append(
     Ok(action.apply(tx)?.commit(catalog).await?)
 }
 
-/// Commits the meta data files a `files` snapshot named but whose own commit
-/// did not happen (a crash between the two commits of one append).
-async fn roll_forward_meta(
-    catalog: &Backend,
-    meta: &Table,
-    pending: &str,
-    seq: u64,
-) -> Result<Table> {
-    let jsons: Vec<String> = serde_json::from_str(pending).map_err(StoreError::PendingMeta)?;
+/// `meta` as it must be after `files`'s current snapshot: with the meta
+/// data files that snapshot names committed, if the step that commits them
+/// did not (a crash or a failure between the two).
+async fn roll_forward(catalog: &Backend, files: &Table, meta: Table) -> Result<Table> {
+    let seq = summary_u64(files, APPEND_SEQ_KEY)?;
+    if summary_u64(&meta, APPEND_SEQ_KEY)? >= seq {
+        return Ok(meta);
+    }
+    let Some(pending) = summary(files, PENDING_META_KEY) else {
+        return Ok(meta);
+    };
+    let jsons: Vec<String> = serde_json::from_str(&pending).map_err(StoreError::PendingMeta)?;
     let md = meta.metadata();
-    let mut files = Vec::new();
+    let mut data_files = Vec::new();
     for j in jsons {
-        files.push(deserialize_data_file_from_json(
+        data_files.push(deserialize_data_file_from_json(
             &j,
             md.default_partition_spec_id(),
             md.default_partition_type(),
             md.current_schema(),
         )?);
     }
-    commit_meta(catalog, meta, files, seq).await
+    commit_meta(catalog, &meta, data_files, seq).await
 }
 
 /// Whether `sealed` is the sidecar itself, sealed in place.

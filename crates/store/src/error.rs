@@ -87,7 +87,8 @@ pub enum StoreError {
     },
     /// The commit of the group of appends this one was queued in failed (the
     /// cause is shared by every append of the group); nothing was committed,
-    /// unless the cause is the metadata step, which the next open completes.
+    /// unless the cause is the metadata step, which the archive's next
+    /// change (or the next open) completes.
     #[error(transparent)]
     Commit(std::sync::Arc<StoreError>),
     /// An append queued after a group whose commit failed: its blobs were

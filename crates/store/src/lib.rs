@@ -377,8 +377,19 @@ impl Slot {
         let shared = catalog.redb().is_none();
         let mut lost = 0;
         loop {
-            let Some(group) = self.state.lock().await.take_group() else {
-                return false;
+            let group = {
+                let mut state = self.state.lock().await;
+                let finished = state.finish_meta(catalog).await;
+                let Some(group) = state.take_group() else {
+                    return false;
+                };
+                if let Err(e) = finished {
+                    // Its snapshot would replace the one naming the facts
+                    // still to commit: the queue fails, as with any commit.
+                    state.apply_group(group, Err(e), false);
+                    return false;
+                }
+                group
             };
             let committed = group.commit(catalog).await;
             let mut state = self.state.lock().await;

@@ -324,6 +324,52 @@ async fn deleting_a_file_removes_its_metadata() {
     );
 }
 
+/// Found by review: a metadata step that failed after its `files` snapshot
+/// committed was completed only by the next open, and a change before that
+/// replaced the snapshot that named its data files, so the facts were lost
+/// for good. The next change completes it first now.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_metadata_step_is_completed_by_the_next_change() {
+    let tmp = tempfile::tempdir().unwrap();
+    let store = Store::open(tmp.path(), 1).await.unwrap();
+    create(&store, "m", true).await;
+    let fact = |v: i64| {
+        let mut t = MetaTable::new();
+        t.set(Some("g"), "k", MetaValue::I64(v)).unwrap();
+        Some(t)
+    };
+    store
+        .append("m", vec![file("f", b"x")], fact(1))
+        .await
+        .unwrap();
+    // The meta table's metadata directory made unwritable, after the append
+    // has loaded the table: its manifest cannot be written there.
+    let dir = tmp.path().join("warehouse/znippy/m/meta/metadata");
+    let aside = tmp.path().join("aside");
+    std::fs::rename(&dir, &aside).unwrap();
+    std::fs::write(&dir, b"").unwrap();
+    let failed = store.append("m", vec![file("g", b"y")], fact(2)).await;
+    assert!(matches!(failed, Err(StoreError::Commit(_))), "{failed:?}");
+    std::fs::remove_file(&dir).unwrap();
+    std::fs::rename(&aside, &dir).unwrap();
+
+    store
+        .append("m", vec![file("h", b"z")], None)
+        .await
+        .unwrap();
+    async fn facts(store: &Store) -> Vec<MetaValue> {
+        match store.meta_by_key("m", "k").await.unwrap() {
+            MetaSearch::Hits(h) => h.into_iter().map(|r| r.value).collect(),
+            other => panic!("{other:?}"),
+        }
+    }
+    assert_eq!(facts(&store).await, [MetaValue::I64(2)]);
+    assert_eq!(read(&store, "m", "g").await, b"y");
+    drop(store);
+    let store = Store::open(tmp.path(), 1).await.unwrap();
+    assert_eq!(facts(&store).await, [MetaValue::I64(2)], "after a restart");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn uncommitted_sidecar_bytes_are_cut_off_on_open() {
     let tmp = tempfile::tempdir().unwrap();
