@@ -1107,10 +1107,9 @@ impl LiveArchive {
                     self.dead = true;
                 }
             }
-            let slices: Vec<SliceRow> = slices.into_iter().map(|r| r.slice.clone()).collect();
             // Rows from the tables are checked as an open checks them.
-            live_files(append.iter().filter(|r| !r.tombstone).cloned().collect())?;
-            self.dead |= self.apply_rows(seq, slices);
+            let files = live_files(slices.into_iter().cloned().collect())?;
+            self.dead |= self.apply_files(files);
         }
         Ok(())
     }
@@ -1254,26 +1253,35 @@ impl LiveArchive {
     /// Folds committed rows into the lookup; returns whether a path was
     /// replaced. A path whose live version is of a later append keeps it.
     fn apply_rows(&mut self, seq: u64, rows: Vec<SliceRow>) -> bool {
-        let mut by_path: BTreeMap<String, Vec<SliceRow>> = BTreeMap::new();
+        let mut by_path: BTreeMap<String, LiveFile> = BTreeMap::new();
         for r in rows {
-            by_path.entry(r.relative_path.clone()).or_default().push(r);
+            by_path
+                .entry(r.relative_path.clone())
+                .or_insert_with(|| LiveFile {
+                    append_seq: seq,
+                    rows: Vec::new(),
+                })
+                .rows
+                .push(r);
         }
+        for file in by_path.values_mut() {
+            file.rows.sort_by_key(|r| r.fdata_offset);
+        }
+        self.apply_files(by_path)
+    }
+
+    /// [`LiveArchive::apply_rows`] of files already grouped, each sorted.
+    fn apply_files(&mut self, files: BTreeMap<String, LiveFile>) -> bool {
         let mut replaced = false;
-        for (path, mut rows) in by_path {
-            if self.live.get(&path).is_some_and(|f| f.append_seq > seq) {
+        for (path, file) in files {
+            if self
+                .live
+                .get(&path)
+                .is_some_and(|f| f.append_seq > file.append_seq)
+            {
                 continue;
             }
-            rows.sort_by_key(|r| r.fdata_offset);
-            replaced |= self
-                .live
-                .insert(
-                    path,
-                    LiveFile {
-                        append_seq: seq,
-                        rows,
-                    },
-                )
-                .is_some();
+            replaced |= self.live.insert(path, file).is_some();
         }
         replaced
     }

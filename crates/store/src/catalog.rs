@@ -254,11 +254,6 @@ impl RedbCatalog {
         &self.file_io
     }
 
-    /// The warehouse root.
-    pub fn warehouse(&self) -> &Path {
-        &self.warehouse
-    }
-
     /// The current metadata location of a table.
     ///
     /// Read on the caller's thread: one key of a small tree, in redb's page

@@ -266,9 +266,13 @@ pub(crate) async fn namespace_props(catalog: &Backend, ns: &NamespaceIdent) -> R
     })
 }
 
-async fn set_ns_prop(catalog: &Backend, ns: &NamespaceIdent, key: &str, value: &str) -> Result<()> {
+async fn set_ns_props(
+    catalog: &Backend,
+    ns: &NamespaceIdent,
+    props: &[(&str, String)],
+) -> Result<()> {
     let mut p = catalog.get_namespace(ns).await?.properties().clone();
-    p.insert(key.into(), value.into());
+    p.extend(props.iter().map(|(k, v)| (k.to_string(), v.clone())));
     Ok(catalog.update_namespace(ns, p).await?)
 }
 
@@ -285,11 +289,12 @@ pub(crate) async fn mirror_seal(
     if catalog.redb().is_none() {
         return Ok(());
     }
-    let mut p = catalog.get_namespace(ns).await?.properties().clone();
-    p.insert(P_STATE.into(), "sealed".into());
-    p.insert(P_SEALED_PATH.into(), file.at.to_string());
-    p.insert(P_SEALED_LEN.into(), file.len.to_string());
-    Ok(catalog.update_namespace(ns, p).await?)
+    let props = [
+        (P_STATE, "sealed".to_string()),
+        (P_SEALED_PATH, file.at.to_string()),
+        (P_SEALED_LEN, file.len.to_string()),
+    ];
+    set_ns_props(catalog, ns, &props).await
 }
 
 /// Records that the archive has a metadata section, on the embedded catalog.
@@ -299,7 +304,7 @@ pub(crate) async fn set_has_meta(catalog: &Backend, ns: &NamespaceIdent) -> Resu
     if catalog.redb().is_none() {
         return Ok(());
     }
-    set_ns_prop(catalog, ns, P_META, "true").await
+    set_ns_props(catalog, ns, &[(P_META, "true".to_string())]).await
 }
 
 fn check_id(id: &str) -> Result<()> {
