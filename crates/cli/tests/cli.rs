@@ -572,6 +572,23 @@ fn links_are_listed_got_and_extracted_as_links() {
     assert!(long.lines().all(|l| l.starts_with('-')), "{long}");
 }
 
+/// A path may be 4,096 bytes, so a tree may be 2,000 levels deep, and the
+/// directory walk recurses once per level on a thread of its own: such a
+/// tree compresses (in this unoptimized build too) rather than overflowing
+/// the walk's stack.
+#[test]
+fn a_tree_as_deep_as_a_path_allows_compresses() {
+    let tmp = tempfile::tempdir().unwrap();
+    let src = tmp.path().join("src");
+    let deep = "d/".repeat(2_000);
+    std::fs::create_dir_all(src.join(&deep)).unwrap();
+    let last = format!("{deep}f");
+    std::fs::write(src.join(&last), b"at the bottom").unwrap();
+    let arc = tmp.path().join("a.znippy");
+    ok(&["compress", s(&src), "-o", s(&arc)]);
+    assert_eq!(ok(&["get", s(&arc), &last]).stdout, b"at the bottom");
+}
+
 /// `znippy` run without the power to read past permission bits: as root that
 /// means without CAP_DAC_OVERRIDE and CAP_DAC_READ_SEARCH (dropped from the
 /// bounding set, so the exec'd process has neither), else as it is.
