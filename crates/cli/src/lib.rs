@@ -72,13 +72,17 @@ pub fn print_meta(found: MetaSearch, archive: &str, paths_only: bool) -> Result<
         MetaSearch::Hits(rows) => rows,
     };
     let mut out = std::io::BufWriter::new(std::io::stdout().lock());
+    // Facts are anyone's text: a control character is shown escaped, as
+    // `list` shows a path, so that none reaches the terminal or splits a
+    // line or a column.
     for r in rows {
-        let path = r.path.as_deref().unwrap_or("-");
+        let path = read::printable(r.path.as_deref().unwrap_or("-"));
         if paths_only {
             writeln!(out, "{path}")?;
         } else {
-            let (key, value) = (&r.key, &r.value);
-            writeln!(out, "{path}\t{key}\t{}\t{value}", value.type_name())?;
+            let (key, value) = (read::printable(&r.key), r.value.to_string());
+            let value = read::printable(&value);
+            writeln!(out, "{path}\t{key}\t{}\t{value}", r.value.type_name())?;
         }
     }
     out.flush()?;

@@ -241,7 +241,7 @@ fn meta<R: ReadAt>(a: &Archive<R>, args: &MetaArgs) -> Result<ExitCode> {
 
 /// `s` with control characters escaped (`\n`, `\u{1b}`): a path from a
 /// hand-made archive never drives the terminal it is listed on.
-fn printable(s: &str) -> std::borrow::Cow<'_, str> {
+pub(crate) fn printable(s: &str) -> std::borrow::Cow<'_, str> {
     if s.chars().any(char::is_control) {
         s.chars()
             .map(|c| match c.is_control() {

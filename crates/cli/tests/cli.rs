@@ -276,6 +276,8 @@ fn meta_search_exit_codes_and_typing() {
         &at_blob,
         "--meta-archive",
         "owner=team=x",
+        "--meta-archive",
+        "colour=\u{1b}[31mred\tcell",
     ]);
     let hits = ok(&["meta", s(&with), "-k", "version"]);
     assert_eq!(
@@ -288,6 +290,9 @@ fn meta_search_exit_codes_and_typing() {
     assert_eq!(typed("ok"), "dir/b.txt\tok\tbool\ttrue\n");
     assert_eq!(typed("sig"), "a.txt\tsig\tbytes\t<4 bytes>\n");
     assert_eq!(typed("owner"), "-\towner\tstr\tteam=x\n");
+    // Escaped, as a path is by `list`: no escape sequence reaches the
+    // terminal, and no tab splits a column.
+    assert_eq!(typed("colour"), "-\tcolour\tstr\t\\u{1b}[31mred\\tcell\n");
     let prefix = ok(&["meta", s(&with), "-p", "s", "--paths-only"]);
     assert_eq!(String::from_utf8(prefix.stdout).unwrap(), "a.txt\na.txt\n");
     assert_eq!(
