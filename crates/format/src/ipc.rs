@@ -135,8 +135,7 @@ impl IpcSection {
                 "footer length {footer_len} exceeds the section"
             )));
         }
-        let mut footer_bytes = vec![0u8; footer_len as usize];
-        read_at(src, &mut footer_bytes, offset + len - 10 - footer_len, name)?;
+        let footer_bytes = read_vec(src, offset + len - 10 - footer_len, footer_len, name)?;
         let footer = arrow_ipc::root_as_footer(&footer_bytes)
             .map_err(|e| bad(format!("unreadable footer: {e}")))?;
 
@@ -241,8 +240,7 @@ impl IpcSection {
         // or exceed the section length.
         let start = self.offset + block.offset() as u64;
         let len = block.metaDataLength() as u64 + block.bodyLength() as u64;
-        let mut bytes = vec![0u8; len as usize];
-        read_at(src, &mut bytes, start, self.name)?;
+        let bytes = read_vec(src, start, len, self.name)?;
         // The rows this batch must have, checked before anything is decoded:
         // what a batch may decode to follows from its row count.
         let rows = match self.rows {
@@ -358,6 +356,24 @@ pub(crate) fn read_at(src: &dyn ReadAt, buf: &mut [u8], offset: u64, what: &str)
             Error::io(format!("reading {what}"), e)
         }
     })
+}
+
+/// The `len` bytes at `offset`, allocated as they are read, a step at a time,
+/// rather than all at once: every length read from an archive is bounded by
+/// the source's size, and a remote source's size is what its server claims,
+/// so memory follows the bytes that actually arrive.
+pub(crate) fn read_vec(src: &dyn ReadAt, offset: u64, len: u64, what: &str) -> Result<Vec<u8>> {
+    const STEP: u64 = 16 << 20;
+    let mut bytes = Vec::new();
+    let mut at = 0;
+    while at < len {
+        let n = (len - at).min(STEP);
+        let start = bytes.len();
+        bytes.resize(start + n as usize, 0);
+        read_at(src, &mut bytes[start..], offset + at, what)?;
+        at += n;
+    }
+    Ok(bytes)
 }
 
 /// Checks a record batch message against `schema` before arrow decodes it.
@@ -546,5 +562,32 @@ mod tests {
             err.to_string().contains("more than the 100 allowed"),
             "{err}"
         );
+    }
+
+    /// A source that claims a terabyte and holds a kilobyte, as a server's
+    /// answer may: a read of all of it fails after the bytes there are,
+    /// holding no more than a step of memory (an allocation of the whole
+    /// claim would abort the test).
+    #[test]
+    fn a_region_is_allocated_as_it_arrives() {
+        struct Claims(Vec<u8>, std::sync::atomic::AtomicU64);
+        impl ReadAt for Claims {
+            fn read_exact_at(&self, buf: &mut [u8], offset: u64) -> std::io::Result<()> {
+                let most = self.1.load(std::sync::atomic::Ordering::Relaxed);
+                self.1.store(
+                    most.max(buf.len() as u64),
+                    std::sync::atomic::Ordering::Relaxed,
+                );
+                self.0.as_slice().read_exact_at(buf, offset)
+            }
+            fn size(&self) -> std::io::Result<u64> {
+                Ok(1 << 40)
+            }
+        }
+        let src = Claims(vec![7; 1024], Default::default());
+        assert_eq!(read_vec(&src, 0, 1024, "small").unwrap(), vec![7; 1024]);
+        let err = read_vec(&src, 0, 1 << 40, "claimed").unwrap_err();
+        assert!(err.to_string().contains("truncated"), "{err}");
+        assert_eq!(src.1.into_inner(), 16 << 20, "one step at most");
     }
 }

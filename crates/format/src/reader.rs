@@ -29,7 +29,7 @@ use arrow_array::RecordBatch;
 use crate::blobs::{BlobRegion, BlobScratch};
 use crate::error::{Error, Result};
 use crate::io::ReadAt;
-use crate::ipc::{read_at, Batches, Decoded, IpcSection};
+use crate::ipc::{read_at, read_vec, Batches, Decoded, IpcSection};
 use crate::kind::{Kind, MAX_LINK_TARGET};
 use crate::manifest::{self, SectionEntry};
 use crate::meta::{MetaTable, Metadata};
@@ -386,10 +386,7 @@ impl<R: ReadAt> Archive<R> {
     }
 
     fn section_bytes(&self, s: &SectionEntry) -> Result<Vec<u8>> {
-        // check_sections bounded index_len by the file length.
-        let mut bytes = vec![0u8; s.index_len as usize];
-        read_at(&self.src, &mut bytes, s.index_offset, &s.module_name)?;
-        Ok(bytes)
+        read_vec(&self.src, s.index_offset, s.index_len, &s.module_name)
     }
 
     fn lookup_at(&self, row: u64) -> Result<(&LookupBatch, usize)> {
@@ -775,8 +772,15 @@ impl<R: ReadAt> Archive<R> {
             },
             self.version,
         )?;
-        let mut on_disk = vec![0u8; (self.len - tail_start) as usize];
-        read_at(&self.src, &mut on_disk, tail_start, "archive tail")?;
+        // The tail is what its rows produce, so that bounds what is read.
+        if self.len - tail_start != rebuilt.len() as u64 {
+            return Err(Error::corrupt(format!(
+                "the index is {} bytes where its rows produce {}",
+                self.len - tail_start,
+                rebuilt.len()
+            )));
+        }
+        let on_disk = read_vec(&self.src, tail_start, self.len - tail_start, "archive tail")?;
         if let Some(i) =
             (0..on_disk.len().max(rebuilt.len())).find(|&i| on_disk.get(i) != rebuilt.get(i))
         {

@@ -43,7 +43,7 @@ use fst::{IntoStreamer, Map, MapBuilder, Streamer};
 
 use crate::error::{Error, Result};
 use crate::io::ReadAt;
-use crate::ipc::read_at;
+use crate::ipc::{read_at, read_vec};
 
 /// Keys per shard from format version 5. A `get` reads the fence and the
 /// records (a key and 40 bytes per shard) and one shard, about 16 bytes a
@@ -160,8 +160,7 @@ impl Trie {
             .filter(|h| *h <= len - TRAILER)
             .ok_or_else(|| bad("fence and records overrun the section"))?;
         let fence_start = len - TRAILER - head;
-        let mut bytes = vec![0u8; head as usize];
-        read_at(src, &mut bytes, offset + fence_start, "trie")?;
+        let mut bytes = read_vec(src, offset + fence_start, head, "trie")?;
         if blake3::hash(&bytes).as_bytes() != &trailer[..32] {
             return Err(Error::Checksum("trie fence".into()));
         }
@@ -338,8 +337,7 @@ impl Shards {
             return Ok(m.as_ref());
         }
         let (start, end) = (self.starts[i], self.starts[i + 1]);
-        let mut bytes = vec![0u8; (end - start) as usize];
-        read_at(src, &mut bytes, self.offset + start, "trie")?;
+        let bytes = read_vec(src, self.offset + start, end - start, "trie")?;
         // Every shard holds shard_keys keys but the last, which holds the rest.
         let expected = (self.keys - self.shard_keys * i as u64).min(self.shard_keys);
         let map = (blake3::hash(&bytes).as_bytes() == &self.hashes[i])
