@@ -385,6 +385,7 @@ pub(crate) async fn seal(
             body = crate::error::ErrorBody),
         (status = 416, response = openapi::BadRange),
         (status = 500, response = openapi::Internal),
+        (status = 503, response = openapi::Busy),
     ),
 )]
 pub(crate) async fn download(

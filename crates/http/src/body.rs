@@ -2,18 +2,24 @@
 //! uses: one file's bytes go down a bounded channel of pieces and come out as
 //! a blocking [`Read`] on the engine's side; a file ends only with an explicit
 //! end marker, so a body that stops early is an error there, never a short
-//! file. The body limit is counted here too, as the bytes pass.
+//! file. The body limit is counted here too, on the request body itself, as
+//! its bytes pass.
 
 use std::io::{self, Read};
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{ready, Context, Poll};
 
+use axum::body::Body;
 use axum::http::{header, HeaderMap};
 use bytes::Bytes;
 use futures::{Stream, StreamExt};
+use http_body::{Body as HttpBody, Frame, SizeHint};
 use tokio::sync::mpsc;
 use znippy_format::{InputFile, Source};
 
 use crate::error::{ApiError, BadUpload};
-use crate::AppState;
+use crate::{AppState, Metrics};
 
 /// Chunks buffered per file between the driver and the engine.
 const CHUNKS_IN_FLIGHT: usize = 8;
@@ -76,34 +82,69 @@ impl From<ApiError> for Stop {
     }
 }
 
-/// Counts body bytes against the limit and the metrics.
-pub(crate) struct Budget<'a> {
-    app: &'a AppState,
-    left: u64,
+/// A request body past `--max-body`: the error its bytes fail with once the
+/// limit is passed, which `error::body_failed` answers with 413.
+#[derive(Debug, thiserror::Error)]
+#[error("the request body exceeds the limit of {0} bytes")]
+pub(crate) struct OverLimit(u64);
+
+/// `body` under `--max-body`, or 413 at once when its declared
+/// `Content-Length` is past it. Every byte read from it counts, whatever a
+/// driver makes of it (multipart framing and facts as much as file data),
+/// and goes to the metrics.
+pub(crate) fn limited(app: &AppState, headers: &HeaderMap, body: Body) -> Result<Body, ApiError> {
+    let limit = app.config.max_body;
+    let declared = headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    if declared.is_some_and(|n| n > limit) {
+        return Err(ApiError::too_large(OverLimit(limit).to_string()));
+    }
+    Ok(Body::new(Limited {
+        inner: body,
+        limit,
+        left: limit,
+        metrics: Arc::clone(&app.metrics),
+    }))
 }
 
-impl<'a> Budget<'a> {
-    /// The whole limit, or 413 at once when the declared `Content-Length`
-    /// is already past it.
-    pub(crate) fn new(app: &'a AppState, headers: &HeaderMap) -> Result<Self, ApiError> {
-        let limit = app.config.max_body;
-        let declared = headers
-            .get(header::CONTENT_LENGTH)
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.parse::<u64>().ok());
-        if declared.is_some_and(|n| n > limit) {
-            return Err(ApiError::too_large(limit));
+struct Limited {
+    inner: Body,
+    limit: u64,
+    left: u64,
+    metrics: Arc<Metrics>,
+}
+
+impl HttpBody for Limited {
+    type Data = Bytes;
+    type Error = axum::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, axum::Error>>> {
+        let this = &mut *self;
+        match ready!(Pin::new(&mut this.inner).poll_frame(cx)) {
+            Some(Ok(frame)) => {
+                let n = frame.data_ref().map_or(0, |d| d.len() as u64);
+                let Some(left) = this.left.checked_sub(n) else {
+                    return Poll::Ready(Some(Err(axum::Error::new(OverLimit(this.limit)))));
+                };
+                this.left = left;
+                this.metrics.bytes_in(n);
+                Poll::Ready(Some(Ok(frame)))
+            }
+            other => Poll::Ready(other),
         }
-        Ok(Budget { app, left: limit })
     }
 
-    pub(crate) fn take(&mut self, n: usize) -> Result<(), ApiError> {
-        self.left = self
-            .left
-            .checked_sub(n as u64)
-            .ok_or_else(|| ApiError::too_large(self.app.config.max_body))?;
-        self.app.metrics.bytes_in(n as u64);
-        Ok(())
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.inner.size_hint()
     }
 }
 
@@ -112,7 +153,6 @@ impl<'a> Budget<'a> {
 pub(crate) async fn forward<S, E>(
     mut stream: S,
     tx: &mpsc::Sender<io::Result<Piece>>,
-    budget: &mut Budget<'_>,
     broken: impl Fn(E) -> ApiError,
 ) -> Result<(), Stop>
 where
@@ -121,7 +161,6 @@ where
     let result = async {
         while let Some(chunk) = stream.next().await {
             let chunk = chunk.map_err(&broken)?;
-            budget.take(chunk.len())?;
             if tx.send(Ok(Piece::Data(chunk))).await.is_err() {
                 return Err(Stop::Engine);
             }
@@ -135,16 +174,22 @@ where
     result
 }
 
+/// A blocking reader of the bytes sent down the returned channel.
+pub(crate) fn body_reader() -> (Box<dyn Read + Send>, mpsc::Sender<io::Result<Piece>>) {
+    let (tx, rx) = mpsc::channel(CHUNKS_IN_FLIGHT);
+    (Box::new(BodyReader::new(rx)), tx)
+}
+
 /// A file for the engine whose bytes are sent down the returned channel.
 pub(crate) fn body_file(
     path: String,
     mode: Option<u32>,
 ) -> (InputFile, mpsc::Sender<io::Result<Piece>>) {
-    let (tx, rx) = mpsc::channel(CHUNKS_IN_FLIGHT);
+    let (reader, tx) = body_reader();
     let file = InputFile {
         path,
         mode,
-        source: Source::Reader(Box::new(BodyReader::new(rx))),
+        source: Source::Reader(reader),
     };
     (file, tx)
 }

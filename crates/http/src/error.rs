@@ -109,8 +109,9 @@ error_codes! {
     StorageUnavailable => "storage_unavailable",
     /// An append whose engine bound exceeds the whole engine memory (503).
     OverBudget => "over_budget",
-    /// An append queued behind a group commit that failed: nothing was
-    /// committed, and the same request may be sent again (503).
+    /// An append queued behind a group commit that failed, or a large read
+    /// that found no stream free: nothing was done, and the same request may
+    /// be sent again (503).
     Retry => "retry",
     /// The disk or quota is full (507).
     NoSpace => "no_space",
@@ -166,12 +167,8 @@ impl ApiError {
         Self::new(StatusCode::BAD_REQUEST, code, message)
     }
 
-    pub(crate) fn too_large(limit: u64) -> Self {
-        Self::new(
-            StatusCode::PAYLOAD_TOO_LARGE,
-            ErrorCode::TooLarge,
-            format!("the request body exceeds the limit of {limit} bytes"),
-        )
+    pub(crate) fn too_large(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::PAYLOAD_TOO_LARGE, ErrorCode::TooLarge, message)
     }
 
     pub(crate) fn internal(message: impl Into<String>) -> Self {
@@ -279,19 +276,23 @@ fn out_of_space(e: &(dyn std::error::Error + 'static)) -> bool {
 }
 
 /// A request body that failed while it was read: too slow (408, see
-/// `paced.rs`), else cut off or unreadable (400).
+/// `paced.rs`), past `--max-body` (413, see `body.rs`), else cut off or
+/// unreadable (400).
 pub(crate) fn body_failed(e: &(dyn std::error::Error + 'static)) -> ApiError {
-    match chain(e).find_map(|err| err.downcast_ref::<crate::paced::SlowBody>()) {
-        Some(slow) => ApiError::new(
+    if let Some(slow) = chain(e).find_map(|err| err.downcast_ref::<crate::paced::SlowBody>()) {
+        return ApiError::new(
             StatusCode::REQUEST_TIMEOUT,
             ErrorCode::TooSlow,
             slow.to_string(),
-        ),
-        None => ApiError::bad_request(
-            ErrorCode::BrokenBody,
-            format!("reading the request body: {e}"),
-        ),
+        );
     }
+    if let Some(over) = chain(e).find_map(|err| err.downcast_ref::<crate::body::OverLimit>()) {
+        return ApiError::too_large(over.to_string());
+    }
+    ApiError::bad_request(
+        ErrorCode::BrokenBody,
+        format!("reading the request body: {e}"),
+    )
 }
 
 fn format_error(e: &znippy_format::Error) -> ApiError {

@@ -159,8 +159,8 @@ pub(crate) async fn list(
 ///
 /// The file's bytes, verified slice by slice; only the slices a range touches are read. The
 /// ETag is derived from the file's slice checksums. Bodies over 4 MiB stream: a failure after
-/// the status was sent cuts the body short of its Content-Length. A sealed archive's files are
-/// read from the sealed .znippy.
+/// the status was sent, or a client that takes less than 64 KiB within --body-timeout, cuts the
+/// body short of its Content-Length. A sealed archive's files are read from the sealed .znippy.
 #[utoipa::path(
     get, path = "/archives/{id}/files/{*path}", tag = "files", operation_id = "getFile",
     params(ArchiveId, FilePath, RangeHeaders),
@@ -175,6 +175,7 @@ pub(crate) async fn list(
         (status = 404, description = "no_archive or no_file.", body = ErrorBody),
         (status = 416, response = openapi::BadRange),
         (status = 500, response = openapi::Internal),
+        (status = 503, response = openapi::Busy),
     ),
 )]
 pub(crate) async fn get_file(

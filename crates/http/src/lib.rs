@@ -12,7 +12,9 @@
 //!   A body that ends early fails the batch, which then commits nothing.
 //! - **Reads with Range and ETag** (`files.rs`, `ranged.rs`): a file's rows
 //!   are taken under the archive's state lock, its bytes read after it, only
-//!   the slices a range touches, each verified; large bodies stream.
+//!   the slices a range touches, each verified; large bodies stream, each
+//!   from a blocking thread that a stalled client holds no longer than the
+//!   body timeout, and at most `ranged::MAX_STREAMS` at once.
 //! - **Errors** (`error.rs`, `extract.rs`): JSON `{"error": {"code",
 //!   "message"}}` with one status per kind of failure, for rejections of
 //!   paths and queries too.
@@ -103,7 +105,10 @@ pub struct Config {
     /// keep-alive connections are closed after it.
     pub header_timeout: Duration,
     /// Each request body must bring [`MIN_PROGRESS`] bytes, or end, within
-    /// this long; otherwise the request fails with 408.
+    /// this long; otherwise the request fails with 408. A response body that
+    /// streams (over 4 MiB) must likewise be taken [`MIN_PROGRESS`] bytes at
+    /// a time within it, or it ends short; and a large read waits this long
+    /// at most for a stream to be free.
     pub body_timeout: Duration,
     /// How long shutdown waits for requests in flight before it closes their
     /// connections.
@@ -167,6 +172,8 @@ pub(crate) struct AppState {
     pub openapi: Arc<str>,
     /// The SHA-256 of each sealed file this node has read, by its ETag.
     pub checksums: Arc<std::sync::Mutex<std::collections::HashMap<String, [u8; 32]>>>,
+    /// Permits for response bodies that stream, one each (see `ranged.rs`).
+    pub streams: Arc<tokio::sync::Semaphore>,
 }
 
 /// Every route, from the handlers that document themselves: those that
@@ -218,6 +225,7 @@ pub fn router(store: Arc<Store>, config: Config) -> Router {
         metrics: Arc::new(Metrics::default()),
         openapi: openapi.into(),
         checksums: Arc::default(),
+        streams: Arc::new(tokio::sync::Semaphore::new(ranged::MAX_STREAMS)),
     };
     let guarded = guarded.route_layer(axum::middleware::from_fn_with_state(
         state.clone(),
@@ -377,7 +385,7 @@ pub(crate) fn hex(bytes: &[u8]) -> String {
 }
 
 /// Largest JSON request body.
-const MAX_JSON: usize = 1 << 20;
+pub(crate) const MAX_JSON: usize = 1 << 20;
 
 /// Parses a JSON request body of at most [`MAX_JSON`] bytes.
 pub(crate) async fn read_json<T: serde::de::DeserializeOwned>(
@@ -385,11 +393,7 @@ pub(crate) async fn read_json<T: serde::de::DeserializeOwned>(
 ) -> Result<T, ApiError> {
     let bytes = axum::body::to_bytes(body, MAX_JSON).await.map_err(|e| {
         if error::chain(&e).any(|e| e.is::<http_body_util::LengthLimitError>()) {
-            ApiError::new(
-                axum::http::StatusCode::PAYLOAD_TOO_LARGE,
-                ErrorCode::TooLarge,
-                format!("a JSON body may have at most {MAX_JSON} bytes"),
-            )
+            ApiError::too_large(format!("a JSON body may have at most {MAX_JSON} bytes"))
         } else {
             error::body_failed(&e)
         }

@@ -5,7 +5,9 @@
 //! streamed to the engine like any other upload body (see `upload.rs`); a
 //! field `meta` is a fact `path=key=value`, a field `meta-archive` a fact
 //! `key=value` about the archive, typed like the CLI's. Facts are held in
-//! memory until the body ends, so each field and their number are capped.
+//! memory until the body ends, so their bytes together and their number are
+//! capped. `--max-body` counts every byte of the body, framing included (see
+//! `body.rs`).
 //!
 //! multer holds what it has read until it makes progress (a part begins, a
 //! part's data comes out): a preamble or part headers that never end would
@@ -17,17 +19,18 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use axum::body::Body;
-use axum::http::StatusCode;
 use futures::StreamExt;
 use tokio::sync::mpsc;
 use znippy_format::{InputFile, MetaTable, MetaValue};
 
-use crate::body::{body_file, forward, Budget, Stop};
+use crate::body::{body_file, forward, Stop};
 use crate::error::{ApiError, ErrorCode};
 
-/// Largest form field (a metadata fact) held in memory.
-const MAX_FIELD: usize = 1 << 20;
-/// Most metadata fields in one multipart upload.
+/// Most bytes of metadata fields in one multipart upload: as much as
+/// `PUT /meta` takes in its whole body, so either route holds the same.
+const MAX_META: usize = crate::MAX_JSON;
+/// Most metadata fields in one multipart upload: what each costs beyond its
+/// bytes is bounded by their number.
 const MAX_FACTS: usize = 100_000;
 /// Most body bytes the multipart parser may hold without making progress
 /// (the preamble, or one part's headers: a 4 KiB path fits many times over),
@@ -41,17 +44,14 @@ struct FramingTooLong;
 
 /// Reads a multipart body into files sent on `files`, and returns its facts.
 pub(crate) async fn drive_multipart(
-    mut budget: Budget<'_>,
     body: Body,
     boundary: String,
     files: mpsc::Sender<InputFile>,
 ) -> Result<Option<MetaTable>, Stop> {
     let broken = |e: multer::Error| match e {
-        multer::Error::StreamReadFailed(inner) if inner.is::<FramingTooLong>() => ApiError::new(
-            StatusCode::PAYLOAD_TOO_LARGE,
-            ErrorCode::TooLarge,
-            inner.to_string(),
-        ),
+        multer::Error::StreamReadFailed(inner) if inner.is::<FramingTooLong>() => {
+            ApiError::too_large(inner.to_string())
+        }
         multer::Error::StreamReadFailed(inner) => crate::error::body_failed(inner.as_ref()),
         e => ApiError::bad_request(ErrorCode::BadBody, format!("malformed multipart body: {e}")),
     };
@@ -74,7 +74,7 @@ pub(crate) async fn drive_multipart(
         });
     };
     let mut form = multer::Multipart::new(guarded, boundary);
-    let mut facts = 0usize;
+    let (mut facts, mut meta_bytes) = (0usize, 0usize);
     let mut meta: Option<MetaTable> = None;
     while let Some(mut field) = form.next_field().await.map_err(broken)? {
         held.store(0, Ordering::Relaxed);
@@ -85,7 +85,7 @@ pub(crate) async fn drive_multipart(
             }
             let chunks = futures::stream::poll_fn(|cx| field.poll_next_unpin(cx))
                 .inspect(|c| gave(c.as_ref().map_or(0, |c| c.len())));
-            forward(chunks, &tx, &mut budget, broken).await?;
+            forward(chunks, &tx, broken).await?;
             continue;
         }
         let name = field.name().unwrap_or_default().to_string();
@@ -105,23 +105,19 @@ pub(crate) async fn drive_multipart(
         };
         facts += 1;
         if facts > MAX_FACTS {
-            return Err(ApiError::new(
-                StatusCode::PAYLOAD_TOO_LARGE,
-                ErrorCode::TooLarge,
-                format!("more than {MAX_FACTS} metadata fields in one upload"),
-            )
+            return Err(ApiError::too_large(format!(
+                "more than {MAX_FACTS} metadata fields in one upload"
+            ))
             .into());
         }
         let mut text = Vec::new();
         while let Some(chunk) = field.chunk().await.map_err(broken)? {
             gave(chunk.len());
-            budget.take(chunk.len())?;
-            if text.len() + chunk.len() > MAX_FIELD {
-                return Err(ApiError::new(
-                    StatusCode::PAYLOAD_TOO_LARGE,
-                    ErrorCode::TooLarge,
-                    format!("form field {name:?} exceeds {MAX_FIELD} bytes"),
-                )
+            meta_bytes += chunk.len();
+            if meta_bytes > MAX_META {
+                return Err(ApiError::too_large(format!(
+                    "the metadata fields of one upload exceed {MAX_META} bytes"
+                ))
                 .into());
             }
             text.extend_from_slice(&chunk);

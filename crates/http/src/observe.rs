@@ -3,15 +3,17 @@
 //! The metrics are `prometheus-client`'s (the Prometheus project's own Rust
 //! client), served in the OpenMetrics text format that Prometheus scrapes.
 
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use axum::extract::{Request, State};
-use axum::http::{header, StatusCode};
+use axum::http::{header, Method, StatusCode};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use prometheus_client::encoding::{text::encode, EncodeLabelSet};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 
@@ -25,8 +27,31 @@ const BUCKETS: [f64; 14] = [
 
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct RequestLabels {
-    method: String,
+    method: &'static str,
     status: u16,
+}
+
+/// The methods counted by name (RFC 9110's and PATCH).
+static METHODS: [Method; 9] = [
+    Method::GET,
+    Method::HEAD,
+    Method::POST,
+    Method::PUT,
+    Method::DELETE,
+    Method::CONNECT,
+    Method::OPTIONS,
+    Method::TRACE,
+    Method::PATCH,
+];
+
+/// A method's label: hyper accepts any token as a method, and each label
+/// value is a series kept for the life of the process, so every method
+/// outside [`METHODS`] is one label, `other`.
+fn method_label(method: &Method) -> &'static str {
+    METHODS
+        .iter()
+        .find(|m| *m == method)
+        .map_or("other", Method::as_str)
 }
 
 /// The service's counters and histograms.
@@ -36,6 +61,7 @@ pub struct Metrics {
     requests: Family<RequestLabels, Counter>,
     bytes_in: Counter,
     bytes_out: Counter,
+    streams: Gauge,
     request_latency: Histogram,
     append_latency: Histogram,
     commit_latency: Histogram,
@@ -43,7 +69,7 @@ pub struct Metrics {
 
 impl Default for Metrics {
     fn default() -> Self {
-        let (requests, bytes_in, bytes_out) = Default::default();
+        let (requests, bytes_in, bytes_out, streams) = Default::default();
         let [request_latency, append_latency, commit_latency] =
             [(); 3].map(|()| Histogram::new(BUCKETS));
         let mut registry = Registry::default();
@@ -62,6 +88,11 @@ impl Default for Metrics {
             "znippy_http_requests",
             "Requests served",
             Family::clone(&requests),
+        );
+        registry.register(
+            "znippy_http_streams",
+            "Response bodies streaming, each from a blocking thread",
+            Gauge::clone(&streams),
         );
         for (name, help, histogram) in [
             (
@@ -87,6 +118,7 @@ impl Default for Metrics {
             requests,
             bytes_in,
             bytes_out,
+            streams,
             request_latency,
             append_latency,
             commit_latency,
@@ -105,10 +137,25 @@ impl Metrics {
         self.bytes_out.inc_by(n);
     }
 
+    /// Counts a streamed response body's thread, until the guard is dropped.
+    pub(crate) fn stream(self: &Arc<Self>) -> StreamGuard {
+        self.streams.inc();
+        StreamGuard(Arc::clone(self))
+    }
+
     /// Records an acknowledged append: from its first byte, and its commit.
     pub(crate) fn append(&self, took: Duration, commit: Duration) {
         self.append_latency.observe(took.as_secs_f64());
         self.commit_latency.observe(commit.as_secs_f64());
+    }
+}
+
+/// Held by a streamed response body's thread while it runs.
+pub(crate) struct StreamGuard(Arc<Metrics>);
+
+impl Drop for StreamGuard {
+    fn drop(&mut self) {
+        self.0.streams.dec();
     }
 }
 
@@ -121,7 +168,7 @@ pub(crate) async fn track(State(app): State<AppState>, req: Request, next: Next)
     let took = start.elapsed();
     let status = response.status().as_u16();
     let labels = RequestLabels {
-        method: method.to_string(),
+        method: method_label(&method),
         status,
     };
     app.metrics.requests.get_or_create(&labels).inc();
@@ -136,8 +183,9 @@ pub(crate) async fn track(State(app): State<AppState>, req: Request, next: Next)
 
 /// Prometheus metrics
 ///
-/// Never needs a token. znippy_http_requests_total{method,status} (counter),
-/// znippy_http_bytes_in_total, znippy_http_bytes_out_total (counters),
+/// Never needs a token. znippy_http_requests_total{method,status} (counter; a method other
+/// than the standard nine is method="other"), znippy_http_bytes_in_total,
+/// znippy_http_bytes_out_total (counters), znippy_http_streams (gauge),
 /// znippy_http_request_seconds, znippy_append_seconds, znippy_commit_seconds (histograms).
 #[utoipa::path(
     get, path = "/metrics", tag = "service", operation_id = "metrics",

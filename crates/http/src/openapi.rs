@@ -57,7 +57,7 @@ use crate::error::ErrorCode;
         schemas(crate::error::ErrorBody, RestError, Bytes),
         responses(
             Unauthorized, Forbidden, BadId, NoArchive, Internal, NoSpace, QueryRejected,
-            TooSlow, OverBudget, FileBody, WholeBody, PartialBody, WholeHeaders, PartialHeaders,
+            TooSlow, OverBudget, Busy, FileBody, WholeBody, PartialBody, WholeHeaders, PartialHeaders,
             NotModified, BadRange, RestNotFound, RestInternal, RestUnauthorized, RestForbidden,
             RestBadRequest,
         ),
@@ -186,6 +186,8 @@ error_response! {
         to this archive needs more engine memory than the service's whole --engine-memory; \
         retry: the append was queued behind a group commit that failed, send it again. Nothing \
         committed.";
+    Busy = "retry: the body is over 4 MiB, and 64 such bodies were streaming for all of \
+        --body-timeout; send it again.";
 }
 
 rest_response! {
@@ -195,7 +197,8 @@ rest_response! {
     RestUnauthorized = "NotAuthorizedException: a token is configured, reads are private \
         (--private-reads) and the request has no 'Authorization: Bearer <token>' header.";
     RestForbidden = "ForbiddenException: a wrong token.";
-    RestBadRequest = "A query parameter out of range (BadRequestException).";
+    RestBadRequest = "BadRequestException: a path parameter that is not UTF-8 once \
+        percent-decoded, or a query parameter out of range.";
 }
 
 /// The headers of a ranged read's answer; `range` adds Content-Range.
@@ -301,12 +304,14 @@ json_schema! {
                 "type": "array",
                 "items": {"type": "string", "pattern": META_FILE_FACT},
                 "description": "A fact about a file: 'path=key=value' (path and key end at the \
-                    first '=', so the value may contain '='). At most 1 MiB."
+                    first '=', so the value may contain '='). The meta and meta-archive \
+                    fields of one upload hold at most 1 MiB together."
             },
             "meta-archive": {
                 "type": "array",
                 "items": {"type": "string", "pattern": "^[^=]+=.*$"},
-                "description": "A fact about the archive: 'key=value'. At most 1 MiB."
+                "description": "A fact about the archive: 'key=value'. The meta and \
+                    meta-archive fields of one upload hold at most 1 MiB together."
             }
         },
         "additionalProperties": false

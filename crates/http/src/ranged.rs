@@ -5,24 +5,41 @@
 //! read before the status is sent, so a failed checksum is a clean 500; large
 //! ones stream from a blocking reader through a bounded channel, so memory
 //! stays at a few chunks whatever the size.
+//!
+//! A streamed body holds a blocking thread while its client takes it, so
+//! the client must keep taking it, as an upload must keep coming (see
+//! `paced.rs`): each [`MIN_PROGRESS`] bytes must find room in the channel
+//! within the body timeout, counting only the time the thread waits for the
+//! client, or the body ends short and the thread is free. That bounds what a
+//! stalled client holds, not what a slow one does: one that takes just over
+//! [`MIN_PROGRESS`] per body timeout holds its thread to the end, and a few
+//! hundred of those would take every thread of the runtime's blocking pool
+//! (512 by default), which appends, small reads and the catalog need too. So
+//! at most [`MAX_STREAMS`] bodies stream at once; a large read past them
+//! waits, holding no thread, up to the body timeout for one to end, then
+//! answers 503 `retry`.
 
 use std::io::{self, Write};
 use std::ops::Range;
+use std::time::Duration;
 use znippy_format::ReadAt;
 
 use axum::body::Body;
 use axum::http::{header, HeaderMap, HeaderValue, Method, StatusCode};
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
+use tokio::runtime::Handle;
 use tokio::sync::mpsc;
 
 use crate::error::{ApiError, ErrorCode};
-use crate::AppState;
+use crate::{AppState, MIN_PROGRESS};
 
 /// Bodies up to this size are read whole before the response starts.
 const BUFFERED: u64 = 4 << 20;
 /// Bytes per chunk of a streamed body.
 const CHUNK: usize = 256 << 10;
+/// Most bodies streamed at once: far below the blocking pool's 512 threads.
+pub(crate) const MAX_STREAMS: usize = 64;
 
 /// Writes the bytes `range` to the writer it is given.
 pub(crate) type ReadRange =
@@ -162,7 +179,6 @@ pub(crate) async fn respond(
     if method == Method::HEAD {
         return builder.body(Body::empty()).unwrap_or_default();
     }
-    app.metrics.bytes_out(n);
     let read = src.read;
     let body = if n <= BUFFERED {
         let task = tokio::task::spawn_blocking(move || {
@@ -175,45 +191,107 @@ pub(crate) async fn respond(
             Err(e) => return ApiError::internal(format!("read task: {e}")).into_response(),
         }
     } else {
-        let (tx, rx) = mpsc::channel::<io::Result<Bytes>>(4);
-        tokio::task::spawn_blocking(move || {
-            let mut w = ChannelWriter {
-                tx: tx.clone(),
-                buf: Vec::with_capacity(CHUNK),
-            };
-            let done = read(range, &mut w).and_then(|_| {
-                w.send()
-                    .map_err(|e| ApiError::internal(format!("sending: {e}")))
-            });
-            if let Err(e) = done {
-                // The status is sent already: cutting the body short (its
-                // Content-Length unmet) is how the client learns of it.
-                tracing::warn!(target: "znippy::http", "streamed read failed: {}", e.message);
-                let _ = tx.blocking_send(Err(io::Error::other(e.message)));
-            }
-        });
-        Body::from_stream(futures::stream::unfold(rx, |mut rx| async move {
-            rx.recv().await.map(|item| (item, rx))
-        }))
+        match stream(app, range, read).await {
+            Ok(body) => body,
+            Err(e) => return e.into_response(),
+        }
     };
+    app.metrics.bytes_out(n);
     builder.body(body).unwrap_or_default()
+}
+
+/// A body that `read` writes from a blocking thread of its own, once one of
+/// the [`MAX_STREAMS`] is free.
+async fn stream(app: &AppState, range: Range<u64>, read: ReadRange) -> Result<Body, ApiError> {
+    let window = app.config.body_timeout;
+    let permit = tokio::time::timeout(window, app.streams.clone().acquire_owned()).await;
+    let Ok(Ok(permit)) = permit else {
+        return Err(ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            ErrorCode::Retry,
+            format!("{MAX_STREAMS} large reads are streaming already; send it again"),
+        ));
+    };
+    let running = app.metrics.stream();
+    let (tx, rx) = mpsc::channel::<io::Result<Bytes>>(4);
+    let mut w = ChannelWriter {
+        tx,
+        buf: Vec::with_capacity(CHUNK),
+        rt: Handle::current(),
+        window,
+    };
+    tokio::task::spawn_blocking(move || {
+        // The thread's share of the cap and of the gauge, until it ends.
+        let _held = (permit, running);
+        let done = read(range, &mut w).and_then(|_| {
+            w.send()
+                .map_err(|e| ApiError::internal(format!("sending: {e}")))
+        });
+        if let Err(e) = done {
+            // The status is sent already: cutting the body short (its
+            // Content-Length unmet) is how the client learns of it. Only if
+            // there is room: the client may be the one that stopped taking it.
+            tracing::warn!(target: "znippy::http", "streamed read failed: {}", e.message);
+            let _ = w.tx.try_send(Err(io::Error::other(e.message)));
+        }
+    });
+    Ok(Body::from_stream(futures::stream::unfold(
+        rx,
+        |mut rx| async move { rx.recv().await.map(|item| (item, rx)) },
+    )))
 }
 
 /// A blocking writer whose bytes become body chunks.
 struct ChannelWriter {
     tx: mpsc::Sender<io::Result<Bytes>>,
     buf: Vec<u8>,
+    rt: Handle,
+    /// How long a send may wait for the client to take [`MIN_PROGRESS`] bytes.
+    window: Duration,
 }
 
 impl ChannelWriter {
+    /// Sends the buffer in pieces of [`MIN_PROGRESS`] bytes, each of which
+    /// the client must make room for within `window`.
     fn send(&mut self) -> io::Result<()> {
         if self.buf.is_empty() {
             return Ok(());
         }
-        let chunk = Bytes::from(std::mem::replace(&mut self.buf, Vec::with_capacity(CHUNK)));
-        self.tx
-            .blocking_send(Ok(chunk))
-            .map_err(|_| io::Error::new(io::ErrorKind::BrokenPipe, "the client went away"))
+        let mut chunk = Bytes::from(std::mem::replace(&mut self.buf, Vec::with_capacity(CHUNK)));
+        while !chunk.is_empty() {
+            let piece = chunk.split_to(chunk.len().min(MIN_PROGRESS as usize));
+            // A client that keeps up finds room at once, with no timer to set.
+            let piece = match self.tx.try_send(Ok(piece)) {
+                Ok(()) => continue,
+                Err(mpsc::error::TrySendError::Full(piece)) => piece,
+                Err(mpsc::error::TrySendError::Closed(_)) => {
+                    return Err(io::Error::new(
+                        io::ErrorKind::BrokenPipe,
+                        "the client went away",
+                    ))
+                }
+            };
+            let sent = tokio::time::timeout(self.window, self.tx.send(piece));
+            match self.rt.block_on(sent) {
+                Ok(Ok(())) => {}
+                Ok(Err(_)) => {
+                    return Err(io::Error::new(
+                        io::ErrorKind::BrokenPipe,
+                        "the client went away",
+                    ))
+                }
+                Err(_) => {
+                    return Err(io::Error::new(
+                        io::ErrorKind::TimedOut,
+                        format!(
+                            "the client took less than {MIN_PROGRESS} bytes in {:?}",
+                            self.window
+                        ),
+                    ))
+                }
+            }
+        }
+        Ok(())
     }
 }
 

@@ -12,7 +12,7 @@
 //! client parses; only the config response is written here, as that crate
 //! keeps its type private.
 
-use axum::extract::rejection::QueryRejection;
+use axum::extract::rejection::{PathRejection, QueryRejection};
 use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
@@ -145,6 +145,12 @@ fn bad_request(message: String) -> RestError {
     RestError(StatusCode::BAD_REQUEST, "BadRequestException", message)
 }
 
+/// Path parameters, taken as the query's are: a bad one (not UTF-8 once
+/// percent-decoded) gets the spec's error model rather than the framework's.
+fn from_path<T>(p: Result<Path<T>, PathRejection>) -> Result<T, RestError> {
+    p.map(|Path(v)| v).map_err(|e| bad_request(e.body_text()))
+}
+
 impl Paging {
     fn from_query(q: Result<Query<Params>, QueryRejection>) -> Result<Self, RestError> {
         let Query(p) = q.map_err(|e| bad_request(e.body_text()))?;
@@ -221,6 +227,7 @@ async fn namespaces(
     responses(
         (status = 200, description = "The archive's namespace and properties.",
             body = openapi::Namespace),
+        (status = 400, response = openapi::RestBadRequest),
         (status = 401, response = openapi::RestUnauthorized),
         (status = 403, response = openapi::RestForbidden),
         (status = 404, response = openapi::RestNotFound),
@@ -229,8 +236,9 @@ async fn namespaces(
 )]
 async fn namespace(
     State(app): State<AppState>,
-    Path(ns): Path<String>,
+    ns: Result<Path<String>, PathRejection>,
 ) -> Result<Json<NamespaceResponse>, RestError> {
+    let ns = from_path(ns)?;
     let properties = app
         .store
         .namespace_properties(&ns)
@@ -258,9 +266,10 @@ async fn namespace(
 )]
 async fn tables(
     State(app): State<AppState>,
-    Path(ns): Path<String>,
+    ns: Result<Path<String>, PathRejection>,
     q: Result<Query<Params>, QueryRejection>,
 ) -> Result<Json<ListTablesResponse>, RestError> {
+    let ns = from_path(ns)?;
     let paging = Paging::from_query(q)?;
     app.store
         .namespace_properties(&ns)
@@ -289,6 +298,7 @@ async fn tables(
     security((), ("bearer" = [])),
     responses(
         (status = 200, description = "The table.", body = openapi::LoadTableResult),
+        (status = 400, response = openapi::RestBadRequest),
         (status = 401, response = openapi::RestUnauthorized),
         (status = 403, response = openapi::RestForbidden),
         (status = 404, response = openapi::RestNotFound),
@@ -297,8 +307,9 @@ async fn tables(
 )]
 async fn load_table(
     State(app): State<AppState>,
-    Path((ns, table)): Path<(String, String)>,
+    path: Result<Path<(String, String)>, PathRejection>,
 ) -> Result<Json<LoadTableResult>, RestError> {
+    let (ns, table) = from_path(path)?;
     let missing_table = || {
         RestError(
             StatusCode::NOT_FOUND,

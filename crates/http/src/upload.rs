@@ -23,10 +23,10 @@ use axum::Json;
 use serde::Serialize;
 use tokio::sync::{mpsc, oneshot};
 use utoipa::ToSchema;
-use znippy_format::{InputFile, MetaTable, Source, TarEntries};
+use znippy_format::{InputFile, MetaTable, TarEntries};
 use znippy_store::Abandoned;
 
-use crate::body::{body_file, forward, Budget, Stop};
+use crate::body::{body_file, body_reader, forward, limited, Stop};
 use crate::error::{ApiError, ErrorBody, ErrorCode};
 use crate::extract::ApiPath;
 use crate::multipart::drive_multipart;
@@ -124,9 +124,10 @@ fn broken_body(e: axum::Error) -> ApiError {
         (status = 408, response = openapi::TooSlow),
         (status = 409, description = "sealed: the archive is sealed; conflict: a concurrent \
             commit conflict, path_conflict (x beside x/y).", body = ErrorBody),
-        (status = 413, description = "too_large: the upload exceeds --max-body, or a meta \
-            field exceeds 1 MiB. A Content-Length past --max-body is refused before the body \
-            is read.", body = ErrorBody),
+        (status = 413, description = "too_large: the upload exceeds --max-body (every byte \
+            counts, multipart framing too), its meta fields exceed 1 MiB together or number \
+            over 100,000, or a part's headers run past 64 KiB. A Content-Length past \
+            --max-body is refused before the body is read.", body = ErrorBody),
         (status = 415, description = "bad_media_type: neither multipart/form-data nor \
             application/x-tar (application/tar).", body = ErrorBody),
         (status = 500, response = openapi::Internal),
@@ -144,8 +145,14 @@ pub(crate) async fn post_files(
         .get(header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
         .unwrap_or("");
-    let mime = ct.split(';').next().unwrap_or("").trim();
-    match mime {
+    // Media types are case-insensitive (RFC 9110, 8.3.1).
+    let mime = ct
+        .split(';')
+        .next()
+        .unwrap_or("")
+        .trim()
+        .to_ascii_lowercase();
+    match mime.as_str() {
         "multipart/form-data" => {
             let boundary = multer::parse_boundary(ct).map_err(|e| {
                 ApiError::bad_request(
@@ -154,18 +161,15 @@ pub(crate) async fn post_files(
                 )
             })?;
             let (tx, rx) = mpsc::channel(1);
-            let drive = drive_multipart(Budget::new(&app, &headers)?, body, boundary, tx);
+            let drive = drive_multipart(limited(&app, &headers, body)?, boundary, tx);
             append_from(&app, &id, files_from(rx), drive).await
         }
         "application/x-tar" | "application/tar" => {
-            let (file, tx) = body_file(String::new(), None);
-            let Source::Reader(reader) = file.source else {
-                unreachable!("body_file makes a reader")
-            };
+            let (reader, tx) = body_reader();
             let entries = TarEntries::new(reader);
-            let mut budget = Budget::new(&app, &headers)?;
+            let body = limited(&app, &headers, body)?;
             let drive = async {
-                forward(body.into_data_stream(), &tx, &mut budget, broken_body).await?;
+                forward(body.into_data_stream(), &tx, broken_body).await?;
                 Ok(None)
             };
             append_from(&app, &id, entries, drive).await
@@ -222,6 +226,8 @@ pub(crate) async fn put_file(
         Some(v) => Some(
             v.to_str()
                 .ok()
+                // from_str_radix alone would take a leading sign.
+                .filter(|s| s.bytes().all(|b| matches!(b, b'0'..=b'7')))
                 .and_then(|s| u32::from_str_radix(s, 8).ok())
                 .filter(|m| *m <= 0o7777)
                 .ok_or_else(|| {
@@ -232,10 +238,10 @@ pub(crate) async fn put_file(
                 })?,
         ),
     };
-    let mut budget = Budget::new(&app, &headers)?;
+    let body = limited(&app, &headers, body)?;
     let (file, tx) = body_file(path, mode);
     let drive = async {
-        forward(body.into_data_stream(), &tx, &mut budget, broken_body).await?;
+        forward(body.into_data_stream(), &tx, broken_body).await?;
         Ok(None)
     };
     append_from(&app, &id, std::iter::once(Ok(file)), drive).await

@@ -406,18 +406,16 @@ async fn metadata_search_pages_by_rows_and_bytes() {
     let s = Server::start(|_| {}).await;
     let c = client();
     create(&c, &s, "m", true).await;
-    // Facts of about 1 MB, as multipart `meta` fields (each may be 1 MiB).
+    // Facts of about 1 MB, as multipart `meta` fields: one an upload, as
+    // the facts of one upload may hold 1 MiB together.
     let big = "v".repeat(1_000_000);
     let mut want = Vec::new();
-    for batch in 0..4 {
-        let mut form = Form::new();
-        for i in 0..10 {
-            let path = format!("f{:02}", batch * 10 + i);
-            form = form
-                .part("f", Part::bytes(b"x".to_vec()).file_name(path.clone()))
-                .text("meta", format!("{path}=blob={big}"));
-            want.push(path);
-        }
+    for i in 0..40 {
+        let path = format!("f{i:02}");
+        let form = Form::new()
+            .part("f", Part::bytes(b"x".to_vec()).file_name(path.clone()))
+            .text("meta", format!("{path}=blob={big}"));
+        want.push(path);
         let r = c
             .post(s.url("/archives/m/files"))
             .multipart(form)
@@ -816,6 +814,20 @@ async fn rest_catalog_pages_and_names_what_is_missing() {
         assert_eq!(v["error"]["type"], kind, "{q}");
         assert_eq!(v["error"]["code"], status.as_u16(), "{q}");
     }
+    // A path parameter that is not UTF-8 once decoded: the spec's model too.
+    for q in [
+        "namespaces/%FF",
+        "namespaces/%FF/tables",
+        "namespaces/a/tables/%FF",
+    ] {
+        let v = json(
+            c.get(rest(q)).send().await.unwrap(),
+            StatusCode::BAD_REQUEST,
+        )
+        .await;
+        assert_eq!(v["error"]["type"], "BadRequestException", "{q}");
+        assert_eq!(v["error"]["code"], 400, "{q}");
+    }
     s.stop().await;
 }
 
@@ -828,8 +840,16 @@ async fn health_metrics_and_openapi() {
     get(&c, &s, "m", "x").await;
     let r = c.get(s.url("/healthz")).send().await.unwrap();
     assert_eq!(r.status(), StatusCode::OK);
+    // Any token is a method to hyper; each new one must not be a new series.
+    for i in 0..20 {
+        let method = reqwest::Method::from_bytes(format!("ZZMETHOD{i}").as_bytes()).unwrap();
+        let r = c.request(method, s.url("/healthz")).send().await.unwrap();
+        assert_eq!(r.status(), StatusCode::METHOD_NOT_ALLOWED);
+    }
     let m = metrics(&c, &s).await;
+    assert!(!m.contains("ZZMETHOD"), "{m}");
     for needle in [
+        "znippy_http_requests_total{method=\"other\",status=\"405\"} 20",
         "znippy_http_requests_total{method=\"PUT\",status=\"200\"} 1",
         "znippy_http_bytes_in_total 10000",
         "znippy_http_bytes_out_total 10000",
@@ -927,6 +947,34 @@ async fn health_metrics_and_openapi() {
         );
     }
     assert!(operations >= 26);
+    s.stop().await;
+}
+
+/// Media types are case-insensitive: a batch sent as `Multipart/Form-Data`
+/// or `Application/X-Tar` is taken like one sent in lower case, and the
+/// boundary keeps its case.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn media_types_are_case_insensitive() {
+    let s = Server::start(|_| {}).await;
+    let c = client();
+    create(&c, &s, "m", false).await;
+    let form = multipart("XyZ", &[("f", Some("from-form"), b"form")], true);
+    let tarball = tar_of(&[("from-tar", b"tar", 0o644)]);
+    for (ct, body) in [
+        ("Multipart/Form-Data; boundary=XyZ", form),
+        ("Application/X-Tar", tarball),
+    ] {
+        let r = c
+            .post(s.url("/archives/m/files"))
+            .header("content-type", ct)
+            .body(body)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(json(r, StatusCode::OK).await["files"], 1, "{ct}");
+    }
+    assert_eq!(get(&c, &s, "m", "from-form").await, b"form");
+    assert_eq!(get(&c, &s, "m", "from-tar").await, b"tar");
     s.stop().await;
 }
 

@@ -153,3 +153,50 @@ async fn a_stalled_upload_does_not_block_reads() {
     assert_eq!(get(&c, &s, "r", "stalled.bin").await, want);
     s.stop().await;
 }
+
+/// A client that asks for a large file and never reads it holds the thread
+/// streaming it no longer than the body timeout: the streams gauge goes back
+/// to 0 while the connection is still open, and the file still reads whole.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stalled_download_frees_its_thread() {
+    use std::time::{Duration, Instant};
+    use tokio::io::AsyncWriteExt;
+    let s = Server::start(|c| c.body_timeout = Duration::from_secs(1)).await;
+    let c = client();
+    create(&c, &s, "d", false).await;
+    let big = text(7, 16 << 20);
+    put(&c, &s, "d", "big", big.clone()).await;
+    let streams = || async {
+        metrics(&c, &s)
+            .await
+            .lines()
+            .find_map(|l| l.strip_prefix("znippy_http_streams "))
+            .and_then(|v| v.trim().parse::<i64>().ok())
+            .expect("no znippy_http_streams gauge")
+    };
+    assert_eq!(streams().await, 0);
+    // A small receive window, so that the sockets' buffers hold a few MiB
+    // of the file at most and the rest waits on the server.
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket.set_recv_buffer_size(4096).unwrap();
+    let addr = s.base.trim_start_matches("http://").parse().unwrap();
+    let mut stalled = socket.connect(addr).await.unwrap();
+    stalled
+        .write_all(b"GET /archives/d/files/big HTTP/1.1\r\nHost: x\r\n\r\n")
+        .await
+        .unwrap();
+    // Far above the body timeout: a thread held for good fails, not a slow run.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    for (want, what) in [
+        (1, "the download never streamed"),
+        (0, "the thread was held"),
+    ] {
+        while streams().await != want {
+            assert!(Instant::now() < deadline, "{what}");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+    assert_eq!(get(&c, &s, "d", "big").await, big);
+    drop(stalled);
+    s.stop().await;
+}

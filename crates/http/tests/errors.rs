@@ -109,6 +109,20 @@ async fn malformed_requests_change_nothing() {
             .body(body)
     };
     let good = text(9, 3000);
+    // 40 one-byte files, each under a 50 KB part header: 2 MB of body,
+    // nearly all framing, past the 1 MiB limit.
+    let mut padded = Vec::new();
+    for i in 0..40 {
+        padded.extend_from_slice(
+            format!(
+                "--XyZ\r\nContent-Disposition: form-data; name=\"f\"; filename=\"pad{i}\"\r\n\
+                 X-Pad: {}\r\n\r\nx\r\n",
+                "p".repeat(50_000)
+            )
+            .as_bytes(),
+        );
+    }
+    padded.extend_from_slice(b"--XyZ--\r\n");
     let mut truncated_tar = tar_entry("t.txt", tar::EntryType::Regular, &text(3, 4000));
     truncated_tar.truncate(512 + 1000);
     let cases = vec![
@@ -219,6 +233,15 @@ async fn malformed_requests_change_nothing() {
             code: "bad_mode",
         },
         Case {
+            name: "put: mode with a sign",
+            req: c
+                .put(u("/archives/a/files/m"))
+                .header("x-znippy-mode", "+7")
+                .body("x"),
+            status: StatusCode::BAD_REQUEST,
+            code: "bad_mode",
+        },
+        Case {
             name: "put: sealed",
             req: c.put(u("/archives/s/files/y")).body("x"),
             status: StatusCode::CONFLICT,
@@ -302,6 +325,15 @@ async fn malformed_requests_change_nothing() {
                 ],
                 true,
             ),
+            status: StatusCode::PAYLOAD_TOO_LARGE,
+            code: "too_large",
+        },
+        Case {
+            name: "multipart: framing counts against the limit",
+            req: c
+                .post(u("/archives/a/files"))
+                .header("content-type", "multipart/form-data; boundary=XyZ")
+                .body(chunked(padded)),
             status: StatusCode::PAYLOAD_TOO_LARGE,
             code: "too_large",
         },
@@ -821,6 +853,53 @@ async fn multipart_framing_that_never_ends_is_refused_early() {
         .await;
         assert_eq!(v["files"], 0);
     }
+    s.stop().await;
+}
+
+/// The facts of one multipart upload are held until its body ends, so they
+/// are capped together at 1 MiB, as PUT /meta's whole body is: two facts of
+/// 600 KB are refused (413, nothing appended) though each is under 1 MiB;
+/// two of 400 KB are taken.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_facts_of_one_upload_are_capped_together() {
+    let s = Server::start(|_| {}).await;
+    let c = client();
+    create(&c, &s, "a", true).await;
+    let upload = |each: usize| {
+        let (k1, k2) = (
+            format!("k1={}", "v".repeat(each)),
+            format!("k2={}", "w".repeat(each)),
+        );
+        let body = multipart(
+            "XyZ",
+            &[
+                ("f", Some("f.txt"), b"file"),
+                ("meta-archive", None, k1.as_bytes()),
+                ("meta-archive", None, k2.as_bytes()),
+            ],
+            true,
+        );
+        c.post(s.url("/archives/a/files"))
+            .header("content-type", "multipart/form-data; boundary=XyZ")
+            .body(chunked(body))
+            .send()
+    };
+    let r = upload(600_000).await.unwrap();
+    assert_eq!(
+        error_code(r, StatusCode::PAYLOAD_TOO_LARGE).await,
+        "too_large"
+    );
+    let v = json(
+        c.get(s.url("/archives/a")).send().await.unwrap(),
+        StatusCode::OK,
+    )
+    .await;
+    assert_eq!(
+        (v["files"].as_u64(), v["appends"].as_u64()),
+        (Some(0), Some(0))
+    );
+    let r = upload(400_000).await.unwrap();
+    assert_eq!(json(r, StatusCode::OK).await["files"], 1);
     s.stop().await;
 }
 
