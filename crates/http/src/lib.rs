@@ -106,9 +106,9 @@ pub struct Config {
     pub header_timeout: Duration,
     /// Each request body must bring [`MIN_PROGRESS`] bytes, or end, within
     /// this long; otherwise the request fails with 408. A response body that
-    /// streams (over 4 MiB) must likewise be taken [`MIN_PROGRESS`] bytes at
-    /// a time within it, or it ends short; and a large read waits this long
-    /// at most for a stream to be free.
+    /// streams (over 4 MiB) must likewise be taken 256 KiB at a time within
+    /// it, or it ends short; and a large read waits this long at most for a
+    /// stream to be free.
     pub body_timeout: Duration,
     /// How long shutdown waits for requests in flight before it closes their
     /// connections.

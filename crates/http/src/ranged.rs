@@ -8,11 +8,13 @@
 //!
 //! A streamed body holds a blocking thread while its client takes it, so
 //! the client must keep taking it, as an upload must keep coming (see
-//! `paced.rs`): each [`MIN_PROGRESS`] bytes must find room in the channel
-//! within the body timeout, counting only the time the thread waits for the
-//! client, or the body ends short and the thread is free. That bounds what a
-//! stalled client holds, not what a slow one does: one that takes just over
-//! [`MIN_PROGRESS`] per body timeout holds its thread to the end, and a few
+//! `paced.rs`): each [`CHUNK`] must find room in the channel within the body
+//! timeout, counting only the time the thread waits for the client, or the
+//! body ends short and the thread is free. (A chunk, not the 64 KiB an
+//! upload must bring: smaller pieces cost large downloads a sixth of their
+//! speed.) That bounds what a stalled client holds, not what a slow one
+//! does: one that takes just over a chunk per body timeout holds its thread
+//! to the end, and a few
 //! hundred of those would take every thread of the runtime's blocking pool
 //! (512 by default), which appends, small reads and the catalog need too. So
 //! at most [`MAX_STREAMS`] bodies stream at once; a large read past them
@@ -32,7 +34,7 @@ use tokio::runtime::Handle;
 use tokio::sync::mpsc;
 
 use crate::error::{ApiError, ErrorCode};
-use crate::{AppState, MIN_PROGRESS};
+use crate::AppState;
 
 /// Bodies up to this size are read whole before the response starts.
 const BUFFERED: u64 = 4 << 20;
@@ -246,53 +248,41 @@ struct ChannelWriter {
     tx: mpsc::Sender<io::Result<Bytes>>,
     buf: Vec<u8>,
     rt: Handle,
-    /// How long a send may wait for the client to take [`MIN_PROGRESS`] bytes.
+    /// How long a send may wait for the client to make room for a chunk.
     window: Duration,
 }
 
 impl ChannelWriter {
-    /// Sends the buffer in pieces of [`MIN_PROGRESS`] bytes, each of which
-    /// the client must make room for within `window`.
+    /// Sends the buffer as one chunk, which the client must make room for
+    /// within `window`.
     fn send(&mut self) -> io::Result<()> {
         if self.buf.is_empty() {
             return Ok(());
         }
-        let mut chunk = Bytes::from(std::mem::replace(&mut self.buf, Vec::with_capacity(CHUNK)));
-        while !chunk.is_empty() {
-            let piece = chunk.split_to(chunk.len().min(MIN_PROGRESS as usize));
-            // A client that keeps up finds room at once, with no timer to set.
-            let piece = match self.tx.try_send(Ok(piece)) {
-                Ok(()) => continue,
-                Err(mpsc::error::TrySendError::Full(piece)) => piece,
-                Err(mpsc::error::TrySendError::Closed(_)) => {
-                    return Err(io::Error::new(
-                        io::ErrorKind::BrokenPipe,
-                        "the client went away",
-                    ))
-                }
-            };
-            let sent = tokio::time::timeout(self.window, self.tx.send(piece));
-            match self.rt.block_on(sent) {
-                Ok(Ok(())) => {}
-                Ok(Err(_)) => {
-                    return Err(io::Error::new(
-                        io::ErrorKind::BrokenPipe,
-                        "the client went away",
-                    ))
-                }
-                Err(_) => {
-                    return Err(io::Error::new(
-                        io::ErrorKind::TimedOut,
-                        format!(
-                            "the client took less than {MIN_PROGRESS} bytes in {:?}",
-                            self.window
-                        ),
-                    ))
-                }
-            }
+        let chunk = Bytes::from(std::mem::replace(&mut self.buf, Vec::with_capacity(CHUNK)));
+        // A client that keeps up finds room at once, with no timer to set.
+        let chunk = match self.tx.try_send(Ok(chunk)) {
+            Ok(()) => return Ok(()),
+            Err(mpsc::error::TrySendError::Full(chunk)) => chunk,
+            Err(mpsc::error::TrySendError::Closed(_)) => return Err(gone()),
+        };
+        let sent = tokio::time::timeout(self.window, self.tx.send(chunk));
+        match self.rt.block_on(sent) {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(_)) => Err(gone()),
+            Err(_) => Err(io::Error::new(
+                io::ErrorKind::TimedOut,
+                format!(
+                    "the client took less than {CHUNK} bytes in {:?}",
+                    self.window
+                ),
+            )),
         }
-        Ok(())
     }
+}
+
+fn gone() -> io::Error {
+    io::Error::new(io::ErrorKind::BrokenPipe, "the client went away")
 }
 
 impl Write for ChannelWriter {
