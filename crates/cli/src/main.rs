@@ -13,7 +13,7 @@ use clap::{Args, Parser, Subcommand};
 use znippy_cli::{gather, meta_args, threads};
 use znippy_format::{
     extract_all_with, undo_path, walk, Archive, ArchiveProps, ExtractOptions, Found, InputFile,
-    MetaUpdate, Metadata, Recovery, Scan, ScanOptions, TarEntries,
+    MetaUpdate, Metadata, Recovery, Scan, ScanOptions, TarEntries, WALK_STACK,
 };
 
 use znippy_cli::progress::Progress;
@@ -393,38 +393,51 @@ const WALK_AHEAD: usize = 16;
 fn walk_batch(dir: &Path, opts: ScanOptions, bar: &Progress) -> Batch {
     let (tx, rx) = std::sync::mpsc::sync_channel(WALK_AHEAD);
     let (dir, bar) = (dir.to_path_buf(), bar.clone());
-    let walker = std::thread::spawn(move || {
-        let mut chunk = Vec::with_capacity(WALK_CHUNK);
-        let mut skipped = 0;
-        let walked = walk(&dir, opts, &mut |found| {
-            match found {
-                Found::Entry(f) => {
-                    bar.grow(f.size);
-                    chunk.push(Ok(f.input()));
-                    if chunk.len() == WALK_CHUNK {
-                        let full = std::mem::replace(&mut chunk, Vec::with_capacity(WALK_CHUNK));
-                        // The engine stopped (it failed, and says why): so does the walk.
-                        tx.send(full).map_err(|_| znippy_format::Error::Io {
-                            context: "handing the walk over".into(),
-                            source: std::io::ErrorKind::BrokenPipe.into(),
-                        })?;
+    let walker = std::thread::Builder::new()
+        .stack_size(WALK_STACK)
+        .spawn(move || {
+            let mut chunk = Vec::with_capacity(WALK_CHUNK);
+            let mut skipped = 0;
+            let walked = walk(&dir, opts, &mut |found| {
+                match found {
+                    Found::Entry(f) => {
+                        bar.grow(f.size);
+                        chunk.push(Ok(f.input()));
+                        if chunk.len() == WALK_CHUNK {
+                            let full =
+                                std::mem::replace(&mut chunk, Vec::with_capacity(WALK_CHUNK));
+                            // The engine stopped (it failed, and says why): so does the walk.
+                            tx.send(full).map_err(|_| znippy_format::Error::Io {
+                                context: "handing the walk over".into(),
+                                source: std::io::ErrorKind::BrokenPipe.into(),
+                            })?;
+                        }
+                    }
+                    Found::Skipped(s) => {
+                        skipped += 1;
+                        bar.println(&format!("znippy: {s}"));
                     }
                 }
-                Found::Skipped(s) => {
-                    skipped += 1;
-                    bar.println(&format!("znippy: {s}"));
-                }
+                Ok(())
+            });
+            if skipped > 0 {
+                bar.println(&skipped_total(skipped));
             }
-            Ok(())
+            if let Err(e) = walked {
+                chunk.push(Err(e));
+            }
+            let _ = tx.send(chunk);
         });
-        if skipped > 0 {
-            bar.println(&skipped_total(skipped));
+    let walker = match walker {
+        Ok(w) => w,
+        Err(e) => {
+            let e = znippy_format::Error::Io {
+                context: "starting the walk of the directory".into(),
+                source: e,
+            };
+            return (Box::new(std::iter::once(Err(e))), 0);
         }
-        if let Err(e) = walked {
-            chunk.push(Err(e));
-        }
-        let _ = tx.send(chunk);
-    });
+    };
     // A walk that died without its last word is an error, not a shorter batch.
     let died = std::iter::once_with(move || walker.join()).filter_map(|joined| {
         joined.err().map(|_| {

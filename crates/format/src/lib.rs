@@ -114,7 +114,7 @@ pub use props::{ArchiveProps, CODEC, MAX_CHUNK_SIZE, MIN_CHUNK_SIZE};
 pub use reader::{Archive, Entry, TrieState};
 pub use repack::{repack, RepackStats};
 pub use row::{check_file_rows, SliceRow};
-pub use scan::{scan_dir, walk, Found, Scan, ScanOptions, ScannedFile, Skipped};
+pub use scan::{scan_dir, walk, Found, Scan, ScanOptions, ScannedFile, Skipped, WALK_STACK};
 pub use schema::{
     base_schema, lookup_schema, manifest_schema, meta_schema, BATCH_ROWS, BATCH_ROWS_KEY,
     FORMAT_VERSION, LOOKUP, META, RESERVED, RESERVED_PKG_TYPE, SMALL_BATCH_ROWS, TRIE, VERSION_KEY,

@@ -153,6 +153,11 @@ pub fn scan_dir(root: &Path, opts: ScanOptions) -> Result<Scan> {
 /// nothing sorts as `name` instead, and only matters when a sibling such as
 /// `name.rs` lies between the two. Only then is it looked into ahead of its
 /// turn, up to its first entry that is kept.
+///
+/// The walk recurses once per level of the tree, and a tree can be as deep
+/// as a path of 4,096 bytes allows (2,048 levels of one-letter names): run
+/// it on a thread with [`WALK_STACK`] of stack, not a spawned thread's
+/// default 2 MiB, which such a tree overflows in an unoptimized build.
 pub fn walk(
     root: &Path,
     opts: ScanOptions,
@@ -171,6 +176,11 @@ pub fn walk(
     walk.dir(root, "")?;
     Ok(())
 }
+
+/// Stack enough for [`walk`] on the deepest tree a path can name, with room
+/// to spare in an unoptimized build. Only the pages a walk reaches are ever
+/// touched.
+pub const WALK_STACK: usize = 32 << 20;
 
 struct Walk<'a> {
     opts: ScanOptions,
