@@ -205,12 +205,7 @@ impl MetaTable {
 
     /// Sets `key` of `path` (or of the archive), replacing an earlier value.
     pub fn set(&mut self, path: Option<&str>, key: &str, value: MetaValue) -> Result<()> {
-        if let Some(p) = path {
-            path::validate(p)?;
-        }
-        if key.is_empty() {
-            return Err(Error::Meta("empty key".into()));
-        }
+        check_fact(path, key)?;
         self.rows
             .insert((key.to_string(), path.map(str::to_string)), value);
         Ok(())
@@ -358,6 +353,9 @@ impl MetaTable {
         for r in 0..batch.num_rows() {
             let value = values.value(i64::from(ty.value(r)), r)?;
             let p = path.is_valid(r).then(|| path.value(r).to_string());
+            // What a writer refuses, a reader refuses too: an append would
+            // otherwise carry the row into its new tail.
+            check_fact(p.as_deref(), key.value(r)).map_err(|e| bad(&format!("row {r}: {e}")))?;
             let k = (key.value(r).to_string(), p);
             if self
                 .rows
@@ -370,6 +368,17 @@ impl MetaTable {
         }
         Ok(())
     }
+}
+
+/// A fact's path follows the path rules and its key is not empty.
+fn check_fact(path: Option<&str>, key: &str) -> Result<()> {
+    if let Some(p) = path {
+        path::validate(p)?;
+    }
+    if key.is_empty() {
+        return Err(Error::Meta("empty key".into()));
+    }
+    Ok(())
 }
 
 fn to_row(((key, path), value): (&(String, Option<String>), &MetaValue)) -> MetaRow {
@@ -546,5 +555,27 @@ mod tests {
         };
         let (page, _) = t.page(&MetaQuery::Key("k".into()), Some(&early), &PageLimit::ALL);
         assert_eq!(page, t.by_key("k"));
+    }
+
+    /// Found by review: a meta section's rows were taken as they came, so
+    /// an append carried a fact about `../x`, or with an empty key, into the
+    /// tail it wrote. A reader refuses what `set` refuses.
+    #[test]
+    fn a_section_row_a_writer_would_refuse_is_corrupt() {
+        let mut t = MetaTable::new();
+        t.set(Some("a"), "k", MetaValue::I64(1)).unwrap();
+        let good = t.to_batch().unwrap();
+        assert!(MetaTable::new().extend_from_batch(&good).is_ok());
+        for (path, key) in [("../x", "k"), ("a", "")] {
+            let mut cols = good.columns().to_vec();
+            cols[0] = Arc::new(arrow_array::StringArray::from(vec![path]));
+            cols[1] = Arc::new(arrow_array::StringArray::from(vec![key]));
+            let bad = RecordBatch::try_new(good.schema(), cols).unwrap();
+            let err = MetaTable::new().extend_from_batch(&bad).unwrap_err();
+            assert!(
+                matches!(&err, Error::Corrupt(m) if m.contains("row 0")),
+                "{err}"
+            );
+        }
     }
 }
