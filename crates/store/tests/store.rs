@@ -370,17 +370,20 @@ async fn a_failed_metadata_step_is_completed_by_the_next_change() {
     assert_eq!(facts(&store).await, [MetaValue::I64(2)], "after a restart");
 }
 
+/// A store in `dir` holding archive `a` with one file, `x`, closed again.
+async fn one_file_in_a(dir: &std::path::Path) {
+    let store = Store::open(dir, 1).await.unwrap();
+    create(&store, "a", false).await;
+    store
+        .append("a", vec![file("x", &text(1, 40_000))], None)
+        .await
+        .unwrap();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn uncommitted_sidecar_bytes_are_cut_off_on_open() {
     let tmp = tempfile::tempdir().unwrap();
-    {
-        let store = Store::open(tmp.path(), 1).await.unwrap();
-        create(&store, "a", false).await;
-        store
-            .append("a", vec![file("x", &text(1, 40_000))], None)
-            .await
-            .unwrap();
-    }
+    one_file_in_a(tmp.path()).await;
     let sidecar = tmp.path().join("blobs/a.znippy");
     let committed = std::fs::metadata(&sidecar).unwrap().len();
     // What a crash between the blob fsync and the commit leaves behind.
@@ -400,14 +403,7 @@ async fn uncommitted_sidecar_bytes_are_cut_off_on_open() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_missing_or_damaged_catalog_is_refused() {
     let tmp = tempfile::tempdir().unwrap();
-    {
-        let store = Store::open(tmp.path(), 1).await.unwrap();
-        create(&store, "a", false).await;
-        store
-            .append("a", vec![file("x", &text(1, 40_000))], None)
-            .await
-            .unwrap();
-    }
+    one_file_in_a(tmp.path()).await;
     let (db, sidecar) = (
         tmp.path().join("catalog.redb"),
         tmp.path().join("blobs/a.znippy"),
