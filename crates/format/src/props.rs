@@ -7,7 +7,7 @@ use std::collections::HashMap;
 
 use crate::error::{Error, Result};
 
-/// The only codec of format version 1.
+/// The only codec, in every format version.
 pub const CODEC: &str = "zstd";
 
 /// Smallest chunk size accepted (4 KiB).

@@ -39,7 +39,8 @@ pub const TRIE: &str = "__znippy_trie__";
 /// Module name of the metadata section.
 pub const META: &str = "__znippy_meta__";
 /// Every reserved module name, listed once. Code that gathers data sections skips
-/// these; a manifest row with an unknown reserved name is refused.
+/// these; a writer refuses a manifest row with any other reserved name, and a
+/// reader skips one (docs/format.md, 8.2).
 pub const RESERVED: [&str; 3] = [LOOKUP, TRIE, META];
 
 /// `pkg_type` of the data section written by this crate.
