@@ -159,7 +159,7 @@ pub(crate) async fn list(
 ///
 /// The file's bytes, verified slice by slice; only the slices a range touches are read. The
 /// ETag is derived from the file's slice checksums. Bodies over 4 MiB stream: a failure after
-/// the status was sent, or a client that takes less than 256 KiB within --body-timeout, cuts the
+/// the status was sent, or a client that takes less than 64 KiB within --body-timeout, cuts the
 /// body short of its Content-Length. A sealed archive's files are read from the sealed .znippy.
 #[utoipa::path(
     get, path = "/archives/{id}/files/{*path}", tag = "files", operation_id = "getFile",

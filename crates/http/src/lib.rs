@@ -13,8 +13,9 @@
 //! - **Reads with Range and ETag** (`files.rs`, `ranged.rs`): a file's rows
 //!   are taken under the archive's state lock, its bytes read after it, only
 //!   the slices a range touches, each verified; large bodies stream, each
-//!   from a blocking thread that a stalled client holds no longer than the
-//!   body timeout, and at most `ranged::MAX_STREAMS` at once.
+//!   from a blocking thread, at most `ranged::MAX_STREAMS` at once. A client
+//!   that stops taking an answer loses its connection after the body
+//!   timeout (`write_deadline.rs`), and with it what the answer held.
 //! - **Errors** (`error.rs`, `extract.rs`): JSON `{"error": {"code",
 //!   "message"}}` with one status per kind of failure, for rejections of
 //!   paths and queries too.
@@ -53,6 +54,7 @@ mod rest_catalog;
 mod server;
 mod unread_body;
 mod upload;
+mod write_deadline;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -105,10 +107,10 @@ pub struct Config {
     /// keep-alive connections are closed after it.
     pub header_timeout: Duration,
     /// Each request body must bring [`MIN_PROGRESS`] bytes, or end, within
-    /// this long; otherwise the request fails with 408. A response body that
-    /// streams (over 4 MiB) must likewise be taken 256 KiB at a time within
-    /// it, or it ends short; and a large read waits this long at most for a
-    /// stream to be free.
+    /// this long; otherwise the request fails with 408. Likewise a client must
+    /// take [`MIN_PROGRESS`] bytes of what the service sends within it, or
+    /// its connection is closed; and a large read waits this long at most
+    /// for a stream to be free.
     pub body_timeout: Duration,
     /// How long shutdown waits for requests in flight before it closes their
     /// connections.
@@ -333,10 +335,11 @@ pub async fn serve_on(
         .remote
         .is_some()
         .then(|| tokio::spawn(collect_garbage(Arc::clone(&store))));
-    let (header_timeout, grace) = (config.header_timeout, config.shutdown_grace);
+    let timeouts = (config.header_timeout, config.body_timeout);
+    let grace = config.shutdown_grace;
     let app = router(store.clone(), config);
     tracing::info!(addr = %listener.local_addr()?, "znippy serving");
-    server::run(listener, app, header_timeout, grace, shutdown).await;
+    server::run(listener, app, timeouts, grace, shutdown).await;
     if let Some(gc) = gc {
         gc.abort();
         let _ = gc.await;

@@ -6,31 +6,25 @@
 //! ones stream from a blocking reader through a bounded channel, so memory
 //! stays at a few chunks whatever the size.
 //!
-//! A streamed body holds a blocking thread while its client takes it, so
-//! the client must keep taking it, as an upload must keep coming (see
-//! `paced.rs`): each [`CHUNK`] must find room in the channel within the body
-//! timeout, counting only the time the thread waits for the client, or the
-//! body ends short and the thread is free. (A chunk, not the 64 KiB an
-//! upload must bring: smaller pieces cost large downloads a sixth of their
-//! speed.) That bounds what a stalled client holds, not what a slow one
-//! does: one that takes just over a chunk per body timeout holds its thread
-//! to the end, and a few
-//! hundred of those would take every thread of the runtime's blocking pool
-//! (512 by default), which appends, small reads and the catalog need too. So
-//! at most [`MAX_STREAMS`] bodies stream at once; a large read past them
-//! waits, holding no thread, up to the body timeout for one to end, then
-//! answers 503 `retry`.
+//! A streamed body holds a blocking thread while its client takes it. A
+//! client that stops taking it loses its connection once a write has waited
+//! the body timeout (`write_deadline.rs`), and the thread's next send then
+//! fails, which frees it. That bounds what a stalled client holds, not what
+//! a slow one does: one that takes just over 64 KiB per body timeout holds
+//! its thread to the end, and a few hundred of those would take every thread
+//! of the runtime's blocking pool (512 by default), which appends, small
+//! reads and the catalog need too. So at most [`MAX_STREAMS`] bodies stream
+//! at once; a large read past them waits, holding no thread, up to the body
+//! timeout for one to end, then answers 503 `retry`.
 
 use std::io::{self, Write};
 use std::ops::Range;
-use std::time::Duration;
 use znippy_format::ReadAt;
 
 use axum::body::Body;
 use axum::http::{header, HeaderMap, HeaderValue, Method, StatusCode};
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
-use tokio::runtime::Handle;
 use tokio::sync::mpsc;
 
 use crate::error::{ApiError, ErrorCode};
@@ -219,8 +213,6 @@ async fn stream(app: &AppState, range: Range<u64>, read: ReadRange) -> Result<Bo
     let mut w = ChannelWriter {
         tx,
         buf: Vec::with_capacity(CHUNK),
-        rt: Handle::current(),
-        window,
     };
     tokio::task::spawn_blocking(move || {
         // The thread's share of the cap and of the gauge, until it ends.
@@ -247,42 +239,18 @@ async fn stream(app: &AppState, range: Range<u64>, read: ReadRange) -> Result<Bo
 struct ChannelWriter {
     tx: mpsc::Sender<io::Result<Bytes>>,
     buf: Vec<u8>,
-    rt: Handle,
-    /// How long a send may wait for the client to make room for a chunk.
-    window: Duration,
 }
 
 impl ChannelWriter {
-    /// Sends the buffer as one chunk, which the client must make room for
-    /// within `window`.
     fn send(&mut self) -> io::Result<()> {
         if self.buf.is_empty() {
             return Ok(());
         }
         let chunk = Bytes::from(std::mem::replace(&mut self.buf, Vec::with_capacity(CHUNK)));
-        // A client that keeps up finds room at once, with no timer to set.
-        let chunk = match self.tx.try_send(Ok(chunk)) {
-            Ok(()) => return Ok(()),
-            Err(mpsc::error::TrySendError::Full(chunk)) => chunk,
-            Err(mpsc::error::TrySendError::Closed(_)) => return Err(gone()),
-        };
-        let sent = tokio::time::timeout(self.window, self.tx.send(chunk));
-        match self.rt.block_on(sent) {
-            Ok(Ok(())) => Ok(()),
-            Ok(Err(_)) => Err(gone()),
-            Err(_) => Err(io::Error::new(
-                io::ErrorKind::TimedOut,
-                format!(
-                    "the client took less than {CHUNK} bytes in {:?}",
-                    self.window
-                ),
-            )),
-        }
+        self.tx
+            .blocking_send(Ok(chunk))
+            .map_err(|_| io::Error::new(io::ErrorKind::BrokenPipe, "the client went away"))
     }
-}
-
-fn gone() -> io::Error {
-    io::Error::new(io::ErrorKind::BrokenPipe, "the client went away")
 }
 
 impl Write for ChannelWriter {

@@ -10,6 +10,9 @@
 //!   connection waits for a request head, from its opening and again after
 //!   each response. A client that is slow to send its headers, and an idle
 //!   keep-alive connection, are both closed once it passes.
+//! - **Write deadline**: a client must take what the service sends, 64 KiB
+//!   per body timeout while a write waits, or the connection is closed
+//!   (`write_deadline.rs`).
 //! - **Parse errors**: what hyper answers a request it cannot parse is
 //!   replaced by the service's JSON error (`parse_errors.rs`).
 //! - **Shutdown**: the listener closes, every connection finishes the request
@@ -30,13 +33,14 @@ use tokio::sync::watch;
 use tokio::task::JoinSet;
 
 use crate::parse_errors;
+use crate::write_deadline::WriteDeadline;
 
 /// Serves `app` on `listener` until `shutdown` resolves, then drains the
 /// connections for at most `grace`.
 pub(crate) async fn run(
     listener: TcpListener,
     app: Router,
-    header_timeout: Duration,
+    (header_timeout, body_timeout): (Duration, Duration),
     grace: Duration,
     shutdown: impl std::future::Future<Output = ()>,
 ) {
@@ -48,7 +52,8 @@ pub(crate) async fn run(
             () = &mut shutdown => break,
             accepted = listener.accept() => match accepted {
                 Ok((stream, _)) => {
-                    conns.spawn(connection(stream, app.clone(), header_timeout, stopping.clone()));
+                    let timeouts = (header_timeout, body_timeout);
+                    conns.spawn(connection(stream, app.clone(), timeouts, stopping.clone()));
                 }
                 // Out of descriptors or memory: accepting again at once would
                 // spin. Connections already open go on.
@@ -76,7 +81,7 @@ pub(crate) async fn run(
 async fn connection(
     stream: TcpStream,
     app: Router,
-    header_timeout: Duration,
+    (header_timeout, body_timeout): (Duration, Duration),
     mut stopping: watch::Receiver<bool>,
 ) {
     let _ = stream.set_nodelay(true);
@@ -90,7 +95,8 @@ async fn connection(
         }
     };
     let held = parse_errors::Held::default();
-    let io = parse_errors::HoldOwnAnswers::new(TokioIo::new(stream), held.clone());
+    let io = TokioIo::new(WriteDeadline::new(stream, body_timeout));
+    let io = parse_errors::HoldOwnAnswers::new(io, held.clone());
     let conn = http1::Builder::new()
         .timer(TokioTimer::new())
         .header_read_timeout(header_timeout)

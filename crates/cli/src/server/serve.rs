@@ -42,8 +42,8 @@ pub struct ServeArgs {
     #[arg(long, env = "ZNIPPY_HEADER_TIMEOUT", default_value_t = DEFAULT_TIMEOUT.as_secs())]
     header_timeout: u64,
     /// Seconds within which a request body must bring 64 KiB more (or end);
-    /// a slower upload fails with 408 and commits nothing. A download over
-    /// 4 MiB must be taken 256 KiB at a time within it, or it ends short.
+    /// a slower upload fails with 408 and commits nothing. A client must take
+    /// 64 KiB of an answer within it too, or its connection is closed.
     #[arg(long, env = "ZNIPPY_BODY_TIMEOUT", default_value_t = DEFAULT_TIMEOUT.as_secs())]
     body_timeout: u64,
     /// Seconds shutdown (SIGTERM, Ctrl-C) waits for requests in flight before
