@@ -43,12 +43,24 @@ impl<T> WriteDeadline<T> {
         }
     }
 
-    /// A write that made progress: `n` bytes more.
-    fn took(&mut self, n: usize) {
-        self.taken += n as u64;
-        if self.taken >= MIN_PROGRESS {
-            self.deadline = None;
-            self.taken = 0;
+    /// What a write polled: the bytes it took are progress, and one that
+    /// waits runs the deadline.
+    fn after_write(
+        &mut self,
+        cx: &mut Context<'_>,
+        polled: Poll<io::Result<usize>>,
+    ) -> Poll<io::Result<usize>> {
+        match polled {
+            Poll::Ready(Ok(n)) => {
+                self.taken += n as u64;
+                if self.taken >= MIN_PROGRESS {
+                    self.deadline = None;
+                    self.taken = 0;
+                }
+                Poll::Ready(Ok(n))
+            }
+            Poll::Pending => self.waits(cx),
+            failed => failed,
         }
     }
 
@@ -85,14 +97,8 @@ impl<T: AsyncWrite + Unpin> AsyncWrite for WriteDeadline<T> {
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
         let this = self.get_mut();
-        match Pin::new(&mut this.inner).poll_write(cx, buf) {
-            Poll::Ready(Ok(n)) => {
-                this.took(n);
-                Poll::Ready(Ok(n))
-            }
-            Poll::Ready(Err(e)) => Poll::Ready(Err(e)),
-            Poll::Pending => this.waits(cx),
-        }
+        let polled = Pin::new(&mut this.inner).poll_write(cx, buf);
+        this.after_write(cx, polled)
     }
 
     fn poll_write_vectored(
@@ -101,14 +107,8 @@ impl<T: AsyncWrite + Unpin> AsyncWrite for WriteDeadline<T> {
         bufs: &[io::IoSlice<'_>],
     ) -> Poll<io::Result<usize>> {
         let this = self.get_mut();
-        match Pin::new(&mut this.inner).poll_write_vectored(cx, bufs) {
-            Poll::Ready(Ok(n)) => {
-                this.took(n);
-                Poll::Ready(Ok(n))
-            }
-            Poll::Ready(Err(e)) => Poll::Ready(Err(e)),
-            Poll::Pending => this.waits(cx),
-        }
+        let polled = Pin::new(&mut this.inner).poll_write_vectored(cx, bufs);
+        this.after_write(cx, polled)
     }
 
     fn is_write_vectored(&self) -> bool {
