@@ -101,13 +101,7 @@ impl BlobRegion {
             )?;
             &scratch.blob[..]
         };
-        if blake3::hash(bytes).as_bytes() != &row.checksum {
-            return Err(Error::Checksum(format!(
-                "{} at offset {}",
-                row.relative_path, row.fdata_offset
-            )));
-        }
-        Ok(bytes)
+        checked(row, bytes)
     }
 
     /// Writes bytes `range` of the file whose slices are `rows` (in file order,
@@ -145,6 +139,90 @@ impl BlobRegion {
             written += (to - from) as u64;
         }
         Ok(written)
+    }
+}
+
+/// `bytes`, if they are the slice `row` names: its BLAKE3 matches.
+fn checked<'b>(row: &SliceRow, bytes: &'b [u8]) -> Result<&'b [u8]> {
+    if blake3::hash(bytes).as_bytes() != &row.checksum {
+        return Err(Error::Checksum(format!(
+            "{} at offset {}",
+            row.relative_path, row.fdata_offset
+        )));
+    }
+    Ok(bytes)
+}
+
+/// Whole blobs, read and decoded once for every slice in them: what a pass
+/// over many slices (`verify`, extraction, a seal's re-pack) reads, where a
+/// `get` decodes only as far as its slice ([`BlobRegion::read_slice`]). The
+/// blob read last is kept, with the buffers and the decoder.
+pub(crate) struct WholeBlob {
+    /// `(blob_offset, blob_size, compressed)` of the blob held.
+    held: Option<(u64, u64, bool)>,
+    raw: Vec<u8>,
+    decoded: Vec<u8>,
+    dctx: zstd::bulk::Decompressor<'static>,
+}
+
+impl WholeBlob {
+    pub(crate) fn new() -> Result<Self> {
+        Ok(WholeBlob {
+            held: None,
+            raw: Vec::new(),
+            decoded: Vec::new(),
+            dctx: zstd::bulk::Decompressor::new().map_err(|e| Error::io("starting zstd", e))?,
+        })
+    }
+
+    /// The slice `row`, checked against its BLAKE3, out of its blob: read
+    /// from `src`, and decoded, unless it is the blob held.
+    pub(crate) fn slice(
+        &mut self,
+        region: &BlobRegion,
+        src: &dyn ReadAt,
+        row: &SliceRow,
+    ) -> Result<&[u8]> {
+        region.check(row)?;
+        let blob = (row.blob_offset, row.blob_size, row.compressed);
+        if self.held != Some(blob) {
+            self.held = None;
+            self.raw.resize(row.blob_size as usize, 0);
+            read_at(src, &mut self.raw, row.blob_offset, "blob")?;
+            if row.compressed {
+                // The frame says how much it holds; a chunk is the most any
+                // may, and the buffer is sized by that before decoding.
+                let size = match zstd::zstd_safe::get_frame_content_size(&self.raw) {
+                    Ok(Some(n)) if n <= region.chunk_size => n as usize,
+                    _ => {
+                        return Err(Error::corrupt(format!(
+                            "blob at {}: no frame header with a valid content size",
+                            row.blob_offset
+                        )))
+                    }
+                };
+                self.decoded.clear();
+                self.decoded.reserve_exact(size);
+                self.dctx
+                    .decompress_to_buffer(&self.raw, &mut self.decoded)
+                    .map_err(|e| Error::corrupt(format!("blob at {}: {e}", row.blob_offset)))?;
+            }
+            self.held = Some(blob);
+        }
+        let data = if row.compressed {
+            &self.decoded
+        } else {
+            &self.raw
+        };
+        // check() bounded the end by the chunk size, so this cannot overflow.
+        let (start, end) = (
+            row.blob_inner_offset as usize,
+            (row.blob_inner_offset + row.uncompressed_size) as usize,
+        );
+        let bytes = data.get(start..end).ok_or_else(|| {
+            Error::corrupt(format!("{}: slice lies past its blob", row.relative_path))
+        })?;
+        checked(row, bytes)
     }
 }
 

@@ -26,7 +26,7 @@ use std::sync::OnceLock;
 
 use arrow_array::RecordBatch;
 
-use crate::blobs::{BlobRegion, BlobScratch};
+use crate::blobs::{BlobRegion, BlobScratch, WholeBlob};
 use crate::error::{Error, Result};
 use crate::io::ReadAt;
 use crate::ipc::{read_at, read_vec, Batches, Decoded, IpcSection};
@@ -829,8 +829,9 @@ fn check_sections(sections: &[SectionEntry], blob_end: u64, manifest_offset: u64
     Ok(())
 }
 
-/// Groups `rows` by blob and hands each decoded blob with its rows to `f`, on
-/// `threads` threads. Every slice is checked against its blake3 before `f` sees it.
+/// Hands every slice of `rows` to `f`, on `threads` threads, grouped by blob
+/// so that each blob is read and decoded once. Every slice is checked against
+/// its blake3 before `f` sees it.
 pub(crate) fn for_each_blob<R: ReadAt>(
     archive: &Archive<R>,
     rows: &[SliceRow],
@@ -848,54 +849,16 @@ pub(crate) fn for_each_blob<R: ReadAt>(
     order.sort_by_key(|&i| (blob(i), rows[i].blob_inner_offset));
     let groups: Vec<&[usize]> = order.chunk_by(|&a, &b| blob(a) == blob(b)).collect();
     let next = std::sync::atomic::AtomicUsize::new(0);
-    let chunk = archive.props.chunk_size;
     let work = || -> Result<()> {
-        let mut blob = Vec::new();
-        let mut decoded = Vec::new();
-        let mut dctx =
-            zstd::bulk::Decompressor::new().map_err(|e| Error::io("starting zstd", e))?;
+        let mut whole = WholeBlob::new()?;
         loop {
             let g = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             let Some(group) = groups.get(g) else {
                 return Ok(());
             };
-            let head = &rows[group[0]];
-            blob.resize(head.blob_size as usize, 0);
-            read_at(&archive.src, &mut blob, head.blob_offset, "blob")?;
-            let data: &[u8] = if head.compressed {
-                let size = match zstd::zstd_safe::get_frame_content_size(&blob) {
-                    Ok(Some(n)) if n <= chunk => n as usize,
-                    _ => {
-                        return Err(Error::corrupt(format!(
-                            "blob at {} has no valid frame size",
-                            head.blob_offset
-                        )))
-                    }
-                };
-                decoded.clear();
-                decoded.reserve(size);
-                dctx.decompress_to_buffer(&blob, &mut decoded)
-                    .map_err(|e| Error::corrupt(format!("blob at {}: {e}", head.blob_offset)))?;
-                &decoded
-            } else {
-                &blob
-            };
             for &i in *group {
                 let r = &rows[i];
-                let (s, e) = (
-                    r.blob_inner_offset as usize,
-                    (r.blob_inner_offset + r.uncompressed_size) as usize,
-                );
-                let bytes = data.get(s..e).ok_or_else(|| {
-                    Error::corrupt(format!("slice of {} past its blob", r.relative_path))
-                })?;
-                if blake3::hash(bytes).as_bytes() != &r.checksum {
-                    return Err(Error::Checksum(format!(
-                        "{} at offset {}",
-                        r.relative_path, r.fdata_offset
-                    )));
-                }
-                f(r, bytes)?;
+                f(r, whole.slice(&region, &archive.src, r)?)?;
             }
         }
     };

@@ -20,6 +20,7 @@
 use std::collections::{HashMap, HashSet};
 use std::io::Write;
 
+use crate::blobs::{BlobRegion, WholeBlob};
 use crate::engine::encode;
 use crate::error::{Error, Result};
 use crate::io::ReadAt;
@@ -82,17 +83,17 @@ pub fn repack(
     out: &mut dyn Write,
 ) -> Result<(Vec<SliceRow>, RepackStats)> {
     props.validate()?;
-    let old = old_blobs(committed, props, blob_end)?;
+    let region = BlobRegion {
+        chunk_size: props.chunk_size,
+        end: blob_end,
+    };
+    let old = old_blobs(committed, &region)?;
     let mut w = Writer {
         src,
-        props,
-        blob_end,
+        region,
         out,
         stats: RepackStats::default(),
-        decoded: None,
-        frame: Vec::new(),
-        unzstd: zstd::bulk::Decompressor::new()
-            .map_err(|e| Error::io("starting the decompressor", e))?,
+        whole: WholeBlob::new()?,
         input: Vec::new(),
         output: vec![0u8; props.chunk_size as usize],
         zstd: zstd::bulk::Compressor::new(props.level)
@@ -128,17 +129,12 @@ pub fn repack(
 /// the distinct slices committed rows place in it.
 fn old_blobs(
     committed: &[SliceRow],
-    props: ArchiveProps,
-    blob_end: u64,
+    region: &BlobRegion,
 ) -> Result<HashMap<Vec<Member>, Vec<OldBlob>>> {
     let mut order: Vec<&SliceRow> = committed.iter().collect();
     order.sort_by_key(|r| r.chunk_seq);
     let mut blobs: HashMap<BlobLoc, (Vec<Member>, bool)> = HashMap::new();
     let mut seen: HashSet<(BlobLoc, [u8; 32])> = HashSet::new();
-    let region = crate::BlobRegion {
-        chunk_size: props.chunk_size,
-        end: blob_end,
-    };
     for r in order {
         region.check(r)?;
         let loc = BlobLoc::of(r);
@@ -258,16 +254,13 @@ fn job(jobs: &mut [Planned], id: u64) -> Result<&mut Planned> {
 
 struct Writer<'a> {
     src: &'a dyn ReadAt,
-    props: ArchiveProps,
-    blob_end: u64,
+    /// The old blob region.
+    region: BlobRegion,
     out: &'a mut dyn Write,
     stats: RepackStats,
     /// The last old blob decoded whole: a rebuilt pack's members mostly come
     /// from one or two old packs, in order.
-    decoded: Option<(BlobLoc, Vec<u8>)>,
-    /// A compressed old blob, read to be decoded.
-    frame: Vec<u8>,
-    unzstd: zstd::bulk::Decompressor<'static>,
+    whole: WholeBlob,
     input: Vec<u8>,
     output: Vec<u8>,
     zstd: zstd::bulk::Compressor<'static>,
@@ -370,46 +363,6 @@ impl Writer<'_> {
 
     /// The bytes of one old slice, checked against its blake3.
     fn slice(&mut self, row: &SliceRow) -> Result<&[u8]> {
-        let loc = BlobLoc::of(row);
-        if self.decoded.as_ref().is_none_or(|(l, _)| *l != loc) {
-            let region = crate::BlobRegion {
-                chunk_size: self.props.chunk_size,
-                end: self.blob_end,
-            };
-            // Bounds the read below by what a chunk can compress to.
-            region.check(row)?;
-            let (_, mut buf) = self.decoded.take().unwrap_or((loc, Vec::new()));
-            let raw = if loc.compressed {
-                &mut self.frame
-            } else {
-                &mut buf
-            };
-            raw.resize(loc.size as usize, 0);
-            read_at(self.src, raw, loc.offset, "blob")?;
-            if loc.compressed {
-                // The buffer's capacity bounds what a crafted frame may decode to.
-                buf.clear();
-                buf.reserve_exact(self.props.chunk_size as usize);
-                self.unzstd
-                    .decompress_to_buffer(&self.frame, &mut buf)
-                    .map_err(|e| Error::corrupt(format!("blob at {}: {e}", loc.offset)))?;
-            }
-            self.decoded = Some((loc, buf));
-        }
-        let bytes = self.decoded.as_ref().map_or(&[][..], |(_, b)| &b[..]);
-        let start = row.blob_inner_offset as usize;
-        let slice = start
-            .checked_add(row.uncompressed_size as usize)
-            .and_then(|end| bytes.get(start..end))
-            .ok_or_else(|| {
-                Error::corrupt(format!("{}: slice lies past its blob", row.relative_path))
-            })?;
-        if blake3::hash(slice).as_bytes() != &row.checksum {
-            return Err(Error::Checksum(format!(
-                "{} at offset {}",
-                row.relative_path, row.fdata_offset
-            )));
-        }
-        Ok(slice)
+        self.whole.slice(&self.region, self.src, row)
     }
 }
