@@ -13,6 +13,7 @@ use zstd::zstd_safe::{DCtx, DParameter, InBuffer, OutBuffer, ResetDirective};
 use crate::error::{Error, Result};
 use crate::io::ReadAt;
 use crate::ipc::read_at;
+use crate::kind::{Kind, MAX_LINK_TARGET};
 use crate::pages;
 use crate::row::SliceRow;
 
@@ -102,6 +103,33 @@ impl BlobRegion {
             &scratch.blob[..]
         };
         checked(row, bytes)
+    }
+
+    /// The target of the symbolic link `path`, whose slices are `rows` (in
+    /// file order). The rows are checked before any blob is read: a link
+    /// they say is longer than [`MAX_LINK_TARGET`] is corrupt, not a target
+    /// to buffer.
+    pub fn read_link(
+        &self,
+        src: &dyn ReadAt,
+        path: &str,
+        rows: &[SliceRow],
+        scratch: &mut BlobScratch,
+    ) -> Result<Vec<u8>> {
+        if Kind::of(rows.first().and_then(|r| r.mode))? != Kind::Symlink {
+            return Err(Error::corrupt(format!("{path}: not a symbolic link")));
+        }
+        let size = rows
+            .iter()
+            .fold(0u64, |n, r| n.saturating_add(r.uncompressed_size));
+        if size > MAX_LINK_TARGET as u64 {
+            return Err(Error::corrupt(format!(
+                "{path}: a link target of {size} bytes"
+            )));
+        }
+        let mut target = Vec::with_capacity(size as usize);
+        self.write_range(src, rows, 0..u64::MAX, &mut target, scratch)?;
+        Ok(target)
     }
 
     /// Writes bytes `range` of the file whose slices are `rows` (in file order,

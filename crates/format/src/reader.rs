@@ -30,7 +30,7 @@ use crate::blobs::{BlobRegion, BlobScratch, WholeBlob};
 use crate::error::{Error, Result};
 use crate::io::ReadAt;
 use crate::ipc::{read_at, read_vec, Batches, Decoded, IpcSection};
-use crate::kind::{Kind, MAX_LINK_TARGET};
+use crate::kind::Kind;
 use crate::manifest::{self, SectionEntry};
 use crate::meta::{MetaTable, Metadata};
 use crate::props::ArchiveProps;
@@ -589,27 +589,8 @@ impl<R: ReadAt> Archive<R> {
     /// [`MAX_LINK_TARGET`] is corrupt, not a target to buffer.
     pub fn read_link(&self, path: &str) -> Result<Vec<u8>> {
         let rows = self.slices(path)?;
-        let kind = Kind::of(rows.first().and_then(|r| r.mode))?;
-        if kind != Kind::Symlink {
-            return Err(Error::corrupt(format!("{path}: not a symbolic link")));
-        }
-        let size = rows
-            .iter()
-            .fold(0u64, |n, r| n.saturating_add(r.uncompressed_size));
-        if size > MAX_LINK_TARGET as u64 {
-            return Err(Error::corrupt(format!(
-                "{path}: a link target of {size} bytes"
-            )));
-        }
-        let mut target = Vec::with_capacity(size as usize);
-        self.region().write_range(
-            &self.src,
-            &rows,
-            0..u64::MAX,
-            &mut target,
-            &mut BlobScratch::default(),
-        )?;
-        Ok(target)
+        self.region()
+            .read_link(&self.src, path, &rows, &mut BlobScratch::default())
     }
 
     /// Paths starting with `prefix`, in byte order. Reads only the trie when there
@@ -781,9 +762,7 @@ impl<R: ReadAt> Archive<R> {
             )));
         }
         let on_disk = read_vec(&self.src, tail_start, self.len - tail_start, "archive tail")?;
-        if let Some(i) =
-            (0..on_disk.len().max(rebuilt.len())).find(|&i| on_disk.get(i) != rebuilt.get(i))
-        {
+        if let Some(i) = on_disk.iter().zip(&rebuilt).position(|(a, b)| a != b) {
             return Err(Error::corrupt(format!(
                 "the index differs from the one its rows produce, at byte {}",
                 tail_start + i as u64

@@ -98,6 +98,20 @@ impl FileReader {
         h.finalize().to_hex()[..32].to_string()
     }
 
+    /// The target of the file, a symbolic link, read only if its rows say it
+    /// is no longer than a link may be.
+    pub fn read_link(&self) -> Result<Vec<u8>> {
+        let mut scratch = self.scratches.take();
+        let target = self.region.read_link(
+            self.src.as_ref(),
+            &self.entry.path,
+            &self.rows,
+            &mut scratch,
+        );
+        self.scratches.give_back(scratch);
+        Ok(target?)
+    }
+
     /// Writes bytes `range` of the file (clamped to its size) to `out`, reading
     /// and verifying only the slices the range touches.
     pub fn read_range(&self, range: Range<u64>, out: &mut dyn Write) -> Result<u64> {
