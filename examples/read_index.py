@@ -31,9 +31,10 @@ TRIE = "__znippy_trie__"  # fst bytes, not Arrow
 # body compression, which pyarrow inflates by itself). Version 4 keeps the blob
 # columns and checksums in the data sub-index only: its lookup holds
 # relative_path, chunk_seq, fdata_offset, uncompressed_size and mode. Version 5
-# cuts the trie into shards, which this reader does not read. The data sub-index
-# reads the same way in all five.
-SUPPORTED_MAJOR = 5
+# cuts the trie into shards, which this reader does not read. Version 6 adds
+# package sections (pkg_type 1 and up: one per plugin and repo, a row per
+# package). The data sub-index reads the same way in all six.
+SUPPORTED_MAJOR = 6
 META_TYPES = {0: "str", 1: "i64", 2: "f64", 3: "bool", 4: "bytes"}
 
 
@@ -91,6 +92,20 @@ def read_section(path, name, manifest=None):
     return None if data is None else _read_ipc(data)
 
 
+def read_packages(path, manifest=None):
+    """Every package section as {(module_name, repo): pyarrow Table}: a row per
+    package, the columns relative_path, chunk_seq, size, pkg_type, repo, error,
+    then the plugin's own (docs/format.md, 6.5)."""
+    manifest = manifest if manifest is not None else read_manifest(path)
+    out = {}
+    with open(path, "rb") as f:
+        for row in manifest.to_pylist():
+            if row["pkg_type"] > 0:
+                f.seek(row["index_offset"])
+                out[(row["module_name"], row["repo"])] = _read_ipc(f.read(row["index_len"]))
+    return out
+
+
 def query_slices(files, relative_path):
     """The rows (slices) of one file in the data sub-index, via DuckDB over the
     pyarrow table, in file order."""
@@ -139,6 +154,9 @@ def main(argv):
     meta = read_section(archive, META, manifest)
     print(f"data: {files.num_rows} rows; meta: "
           + ("none" if meta is None else f"{meta.num_rows} rows"))
+    for (plugin, repo), table in read_packages(archive, manifest).items():
+        print(f"packages {plugin} {repo!r}: {table.num_rows} rows,"
+              f" columns {', '.join(table.column_names[6:])}")
 
     if len(argv) == 3:
         path = argv[2]

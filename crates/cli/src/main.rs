@@ -13,7 +13,7 @@ use clap::{Args, Parser, Subcommand};
 use znippy_cli::{gather, meta_args, threads};
 use znippy_format::{
     extract_all_with, undo_path, walk, Archive, ArchiveProps, ExtractOptions, Found, InputFile,
-    MetaUpdate, Metadata, Recovery, Scan, ScanOptions, TarEntries, WALK_STACK,
+    MetaUpdate, Metadata, Plugins, Recovery, Scan, ScanOptions, TarEntries, WALK_STACK,
 };
 
 use znippy_cli::progress::Progress;
@@ -72,6 +72,8 @@ enum Cmd {
     /// process or the machine died in the middle). The next append does this
     /// by itself; other commands refuse the archive until then.
     Recover(RecoverArgs),
+    /// List the package plugins, what they claim and their columns.
+    Handlers,
 }
 
 #[derive(Args)]
@@ -107,6 +109,30 @@ struct CompressArgs {
     /// Metadata about the archive: 'key=value'.
     #[arg(long = "meta-archive", value_name = "KEY=VALUE")]
     meta_archive: Vec<String>,
+    #[command(flatten)]
+    plugins: PluginArgs,
+}
+
+/// Which plugins read the packages of a batch.
+#[derive(Args)]
+struct PluginArgs {
+    /// The repository the batch's packages are filed under: their sections
+    /// are (pkg_type, repo).
+    #[arg(long, default_value = "")]
+    repo: String,
+    /// Run no plugin: packages are stored as plain files only.
+    #[arg(long)]
+    no_plugins: bool,
+}
+
+impl PluginArgs {
+    fn plugins(&self) -> Result<Plugins> {
+        let list = match self.no_plugins {
+            true => Vec::new(),
+            false => znippy_plugins::builtin(),
+        };
+        Ok(Plugins::new(list, &self.repo)?)
+    }
 }
 
 #[derive(Args)]
@@ -145,6 +171,8 @@ struct AppendArgs {
     /// Compression threads (default: all cores).
     #[arg(long)]
     threads: Option<usize>,
+    #[command(flatten)]
+    plugins: PluginArgs,
 }
 
 #[derive(Args)]
@@ -219,6 +247,7 @@ fn run(cmd: Cmd) -> Result<ExitCode> {
         Cmd::Seal { args } => return Err(server("seal", args)),
         Cmd::Append(args) => append(args)?,
         Cmd::Recover(args) => recover(args)?,
+        Cmd::Handlers => handlers()?,
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -249,7 +278,9 @@ fn compress(args: CompressArgs) -> Result<()> {
         pack_threshold,
         meta,
         meta_archive,
+        plugins,
     } = args;
+    let plugins = plugins.plugins()?;
     let props = ArchiveProps {
         chunk_size,
         pack_threshold,
@@ -270,9 +301,15 @@ fn compress(args: CompressArgs) -> Result<()> {
     let tmp = output.with_extension("znippy.partial");
     let out = File::create(&tmp).with_context(|| format!("creating {}", tmp.display()))?;
     let mut out = BufWriter::new(out);
-    let result = znippy_format::compress(&mut out, [batch], props, threads(t), &meta, &mut |n| {
-        bar.inc(n)
-    });
+    let result = znippy_format::compress_with(
+        &mut out,
+        [batch],
+        props,
+        threads(t),
+        &meta,
+        &plugins,
+        &mut |n| bar.inc(n),
+    );
     let summary = match result {
         Ok(s) => s,
         Err(e) => {
@@ -323,7 +360,9 @@ fn append(args: AppendArgs) -> Result<()> {
         meta,
         meta_archive,
         threads: t,
+        plugins,
     } = args;
+    let plugins = plugins.plugins()?;
     let set = meta_args::table(&meta, &meta_archive)?;
     let (batch, total) = match &tar {
         Some(tar) => tar_batch(tar)?,
@@ -336,10 +375,22 @@ fn append(args: AppendArgs) -> Result<()> {
         );
     }
     let bar = Progress::new(total, "append");
-    let s = znippy_format::append(&archive, batch, MetaUpdate { set }, threads(t), &mut |n| {
+    let update = MetaUpdate { set };
+    let s = znippy_format::append_with(&archive, batch, update, threads(t), &plugins, &mut |n| {
         bar.inc(n)
     })?;
     bar.finish("appended", s.files, s.bytes_in, s.archive_len);
+    Ok(())
+}
+
+fn handlers() -> Result<()> {
+    let mut out = std::io::stdout().lock();
+    for p in znippy_plugins::builtin() {
+        writeln!(out, "{} (pkg_type {})", p.name(), p.pkg_type())?;
+        for c in p.columns() {
+            writeln!(out, "  {:<24} {}", c.name, c.ty)?;
+        }
+    }
     Ok(())
 }
 

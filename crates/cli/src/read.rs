@@ -11,7 +11,7 @@ use std::process::ExitCode;
 
 use anyhow::{bail, Context, Result};
 use clap::{Args, Subcommand};
-use znippy_format::{Archive, Kind, ReadAt};
+use znippy_format::{Archive, Kind, ReadAt, Value};
 
 use crate::progress::human;
 use crate::{print_meta, threads};
@@ -30,6 +30,9 @@ pub enum ReadCmd {
     /// Search metadata by key or key prefix. Exit status: 0 hits, 1 no match,
     /// 2 the archive has no metadata section, 3 error.
     Meta(MetaArgs),
+    /// Print the package rows the plugins recorded (reads no blob). Exit
+    /// status: 0 rows printed, 1 none matched.
+    Packages(PackagesArgs),
 }
 
 impl ReadCmd {
@@ -41,6 +44,7 @@ impl ReadCmd {
             ReadCmd::Verify(a) => &a.archive.archive,
             ReadCmd::Info(a) => &a.archive.archive,
             ReadCmd::Meta(a) => &a.archive.archive,
+            ReadCmd::Packages(a) => &a.archive.archive,
         }
     }
 
@@ -52,6 +56,7 @@ impl ReadCmd {
             ReadCmd::Verify(_) => "verify",
             ReadCmd::Info(_) => "info",
             ReadCmd::Meta(_) => "meta",
+            ReadCmd::Packages(_) => "packages",
         }
     }
 
@@ -63,6 +68,7 @@ impl ReadCmd {
             ReadCmd::Verify(args) => verify(a, args)?,
             ReadCmd::Info(args) => info(a, &args.archive.archive)?,
             ReadCmd::Meta(args) => return meta(a, args),
+            ReadCmd::Packages(args) => return packages(a, args),
         }
         Ok(ExitCode::SUCCESS)
     }
@@ -132,6 +138,96 @@ pub struct MetaArgs {
     /// Print only the paths of matching rows ('-' for archive-level rows).
     #[arg(long)]
     pub paths_only: bool,
+}
+
+#[derive(Args)]
+pub struct PackagesArgs {
+    #[command(flatten)]
+    pub archive: ArchiveArg,
+    /// Only this plugin's rows (`maven`, `python`, `npm`, `crate`, `deb`).
+    #[arg(short = 't', long = "type")]
+    pub kind: Option<String>,
+    /// Only rows filed under this repo.
+    #[arg(long)]
+    pub repo: Option<String>,
+    /// Only rows whose column COL is VALUE (a list: holds VALUE; a map: has
+    /// the key VALUE); repeat to require several.
+    #[arg(short = 'w', long = "where", value_name = "COL=VALUE")]
+    pub filter: Vec<String>,
+}
+
+/// Prints the package rows that pass the filters, one a line: path, plugin
+/// and repo, then `column=value` for each value that is not null.
+fn packages<R: ReadAt>(a: &Archive<R>, args: &PackagesArgs) -> Result<ExitCode> {
+    let filters: Vec<(&str, &str)> = args
+        .filter
+        .iter()
+        .map(|f| f.split_once('=').context("--where takes COL=VALUE"))
+        .collect::<Result<_>>()?;
+    let packages = a.packages()?;
+    let mut out = BufWriter::new(std::io::stdout().lock());
+    let mut hits = 0u64;
+    for ((_, repo), table, row) in packages.rows() {
+        if args.kind.as_ref().is_some_and(|k| *k != table.name)
+            || args.repo.as_ref().is_some_and(|r| r != repo)
+        {
+            continue;
+        }
+        let cells: Vec<(&str, &Value)> = table
+            .columns
+            .iter()
+            .map(|c| c.name.as_str())
+            .zip(&row.values)
+            .collect();
+        let pass = filters.iter().all(|(col, want)| {
+            cells
+                .iter()
+                .any(|(c, v)| c == col && value_matches(v, want))
+        });
+        if !pass {
+            continue;
+        }
+        hits += 1;
+        write!(out, "{}\t{}", printable(&row.path), table.name)?;
+        if !repo.is_empty() {
+            write!(out, "/{}", printable(repo))?;
+        }
+        if let Some(e) = &row.error {
+            write!(out, "\terror={}", printable(e))?;
+        }
+        for (c, v) in cells {
+            if *v != Value::Null {
+                write!(out, "\t{c}={}", printable(&show(v)))?;
+            }
+        }
+        writeln!(out)?;
+    }
+    out.flush()?;
+    Ok(ExitCode::from(if hits > 0 { 0 } else { 1 }))
+}
+
+fn value_matches(v: &Value, want: &str) -> bool {
+    match v {
+        Value::Null => false,
+        Value::Str(s) => s == want,
+        Value::I64(i) => i.to_string() == want,
+        Value::List(l) => l.iter().any(|s| s == want),
+        Value::Map(m) => m.iter().any(|(k, _)| k == want),
+    }
+}
+
+/// A value as one line: lists as `[a, b]`, maps as `{k: v, ...}`.
+fn show(v: &Value) -> String {
+    match v {
+        Value::Null => String::new(),
+        Value::Str(s) => s.clone(),
+        Value::I64(i) => i.to_string(),
+        Value::List(l) => format!("[{}]", l.join(", ")),
+        Value::Map(m) => {
+            let pairs: Vec<String> = m.iter().map(|(k, v)| format!("{k}: {v}")).collect();
+            format!("{{{}}}", pairs.join(", "))
+        }
+    }
 }
 
 fn list<R: ReadAt>(a: &Archive<R>, args: &ListArgs) -> Result<()> {
@@ -304,14 +400,19 @@ fn info<R: ReadAt>(a: &Archive<R>, path: &Path) -> Result<()> {
     writeln!(out, "sections:")?;
     writeln!(
         out,
-        "  {:>8} {:<20} {:>12} {:>12} {:>10}",
-        "pkg_type", "module", "offset", "length", "rows"
+        "  {:>8} {:<20} {:<12} {:>12} {:>12} {:>10}",
+        "pkg_type", "module", "repo", "offset", "length", "rows"
     )?;
     for s in a.sections() {
         writeln!(
             out,
-            "  {:>8} {:<20} {:>12} {:>12} {:>10}",
-            s.pkg_type, s.module_name, s.index_offset, s.index_len, s.row_count
+            "  {:>8} {:<20} {:<12} {:>12} {:>12} {:>10}",
+            s.pkg_type,
+            s.module_name,
+            printable(&s.repo),
+            s.index_offset,
+            s.index_len,
+            s.row_count
         )?;
     }
     Ok(())

@@ -38,6 +38,7 @@ use std::thread::{Scope, ScopedJoinHandle};
 use crate::error::{Error, Result};
 use crate::kind::Kind;
 use crate::layout::{BlobLoc, Closed, Layout, Piece, SliceLoc, Small};
+use crate::package::{Packages, Plugin, Plugins, Window};
 use crate::pages::{PageBuf, HUGE_PAGE};
 use crate::path;
 use crate::props::ArchiveProps;
@@ -99,6 +100,17 @@ struct Job {
 /// A job's input and output buffers, which travel together through the pool.
 type Buffers = (PageBuf, PageBuf);
 
+/// What one batch wrote.
+#[derive(Debug)]
+pub struct Batch {
+    /// Its slice rows, in chunk_seq order.
+    pub rows: Vec<SliceRow>,
+    /// What the plugins read from the files they claimed.
+    pub packages: Packages,
+    /// Its statistics.
+    pub stats: BatchStats,
+}
+
 /// Statistics of one batch.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct BatchStats {
@@ -121,6 +133,7 @@ pub struct Engine {
     layout: Layout,
     next_seq: u64,
     blob_end: u64,
+    plugins: Plugins,
 }
 
 impl Engine {
@@ -133,7 +146,14 @@ impl Engine {
             layout: Layout::new(props.chunk_size),
             next_seq: 0,
             blob_end: 0,
+            plugins: Plugins::none(),
         })
+    }
+
+    /// Runs `plugins` on the files they claim, from the next batch on.
+    pub fn with_plugins(mut self, plugins: Plugins) -> Self {
+        self.plugins = plugins;
+        self
     }
 
     /// An engine that continues an archive whose live rows are `rows` and whose
@@ -187,14 +207,15 @@ impl Engine {
     }
 
     /// Compresses one batch, writing its blobs to `sink` (which must be positioned at
-    /// [`Engine::blob_end`]) and returning its rows in chunk_seq order.
+    /// [`Engine::blob_end`]) and returning its rows in chunk_seq order, and
+    /// what the plugins read from the files they claimed.
     /// `progress` is told how many input bytes were consumed, as they are.
     pub fn write_batch<I>(
         &mut self,
         files: I,
         sink: &mut (dyn Write + Send),
         progress: &mut dyn FnMut(u64),
-    ) -> Result<(Vec<SliceRow>, BatchStats)>
+    ) -> Result<Batch>
     where
         I: IntoIterator<Item = Result<InputFile>>,
     {
@@ -225,19 +246,27 @@ impl Engine {
                 rows: Vec::new(),
                 pack: None,
                 stats: BatchStats::default(),
+                probe: None,
+                packages: Packages::default(),
             };
             let produced = producer.run(files, progress);
             let Producer {
                 rows,
                 mut stats,
                 lanes,
+                packages,
                 ..
             } = producer;
             // A writer error explains a producer that stopped for lack of buffers.
             let blobs = lanes.finish()?;
             produced?;
             stats.bytes_written = blobs.iter().map(|b| b.size).sum();
-            self.finish_batch(rows, blobs, stats)
+            let rows = self.finish_batch(rows, blobs, stats)?;
+            Ok(Batch {
+                rows,
+                packages,
+                stats,
+            })
         })
     }
 
@@ -246,7 +275,7 @@ impl Engine {
         pending: Vec<PendingRow>,
         blobs: Vec<BlobLoc>,
         stats: BatchStats,
-    ) -> Result<(Vec<SliceRow>, BatchStats)> {
+    ) -> Result<Vec<SliceRow>> {
         let mut rows = Vec::with_capacity(pending.len());
         for p in pending {
             let b = Layout::resolve(p.loc, &blobs)?;
@@ -265,7 +294,7 @@ impl Engine {
         }
         self.layout.finish_batch(&blobs)?;
         self.blob_end += stats.bytes_written;
-        Ok((rows, stats))
+        Ok(rows)
     }
 }
 
@@ -291,6 +320,9 @@ struct Producer<'e, 'scope, 'env> {
     /// before it is known whether that file is small.
     pack: Option<Buffers>,
     stats: BatchStats,
+    /// The plugin that claimed the file being read, and what it will see.
+    probe: Option<(Arc<dyn Plugin>, Window)>,
+    packages: Packages,
 }
 
 impl Producer<'_, '_, '_> {
@@ -327,10 +359,15 @@ impl Producer<'_, '_, '_> {
                         reason: format!("a hard link to {to}, which is not earlier in the batch"),
                     })?;
                     self.link(&file.path, mode, span);
+                    self.link_package(&file.path, to);
                     spans.insert(file.path, first_row..self.rows.len());
                     continue;
                 }
             };
+            if kind == Kind::File {
+                let claim = self.engine.plugins.claim(&file.path);
+                self.probe = claim.map(|p| (Arc::clone(p), Window::for_plugin(p)));
+            }
             self.stats.files += 1;
             let mut pack = match self.pack.take() {
                 Some(p) => p,
@@ -357,6 +394,10 @@ impl Producer<'_, '_, '_> {
                 self.add_small(pack, &file.path, mode, start)?;
             } else {
                 self.add_large(pack, &file.path, mode, start, &mut reader, progress)?;
+            }
+            if let Some((plugin, window)) = self.probe.take() {
+                let plugins = &self.engine.plugins;
+                plugins.record(plugin.as_ref(), &file.path, &window, &mut self.packages);
             }
             spans.insert(file.path, first_row..self.rows.len());
         }
@@ -463,6 +504,22 @@ impl Producer<'_, '_, '_> {
         }
     }
 
+    /// A hard link to a package: the rows its plugin made of the file it
+    /// names, under its own path.
+    fn link_package(&mut self, path: &str, to: &str) {
+        let Some(plugin) = self.engine.plugins.claim(path) else {
+            return;
+        };
+        let key = (plugin.pkg_type(), self.engine.plugins.repo().to_string());
+        if let Some(t) = self.packages.tables.get_mut(&key) {
+            let copies: Vec<_> = t.rows.iter().filter(|r| r.path == to).cloned().collect();
+            t.rows.extend(copies.into_iter().map(|mut r| {
+                r.path = path.to_string();
+                r
+            }));
+        }
+    }
+
     /// Takes the file just read into `pack` at `start` as a small one: its row
     /// points at an identical earlier slice, or at its bytes, left in the pack.
     fn add_small(
@@ -473,6 +530,9 @@ impl Producer<'_, '_, '_> {
         start: usize,
     ) -> Result<()> {
         let bytes = &pack.0[start..];
+        if let Some((_, window)) = &mut self.probe {
+            window.feed(bytes);
+        }
         let (hash, len) = (*blake3::hash(bytes).as_bytes(), bytes.len() as u64);
         match self.engine.layout.small(hash, len, path) {
             Small::Known(loc) => {
@@ -531,6 +591,9 @@ impl Producer<'_, '_, '_> {
             self.stats.bytes_in += n as u64;
             if bufs.0.is_empty() {
                 break;
+            }
+            if let Some((_, window)) = &mut self.probe {
+                window.feed(&bufs.0);
             }
             let len = bufs.0.len() as u64;
             let hash = *blake3::hash(&bufs.0).as_bytes();
@@ -838,7 +901,10 @@ mod tests {
         let inputs = files
             .into_iter()
             .map(|(p, b)| Ok(InputFile::from_bytes(p, b, None)));
-        let (rows, _) = engine.write_batch(inputs, &mut sink, &mut |_| {}).unwrap();
+        let rows = engine
+            .write_batch(inputs, &mut sink, &mut |_| {})
+            .unwrap()
+            .rows;
         (rows, sink)
     }
 

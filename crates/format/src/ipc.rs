@@ -415,15 +415,53 @@ fn check_message(
     }
     let nodes: Vec<_> = rb.nodes().into_iter().flatten().collect();
     let buffers: Vec<_> = rb.buffers().into_iter().flatten().collect();
-    let fields = schema.fields();
-    if nodes.len() < fields.len() {
-        return Err("fewer columns than the schema".into());
+    let mut walk = Walk {
+        nodes: &nodes,
+        buffers: &buffers,
+        body,
+        compressed: rb.compression().is_some(),
+        node: 0,
+        buffer: 0,
+        decoded: 0,
+    };
+    for field in schema.fields() {
+        walk.field(field, Some(len))?;
     }
-    let compressed = rb.compression().is_some();
-    let mut decoded_total = 0u64;
-    let mut b = 0;
-    for (field, node) in fields.iter().zip(&nodes) {
-        if node.length() != rb.length()
+    let (decoded_total, b) = (walk.decoded, walk.buffer);
+    let decoded_limit = bound.limit(len, b as u64);
+    if decoded_total > decoded_limit {
+        return Err(format!(
+            "decodes to {decoded_total} bytes, more than the {decoded_limit} allowed"
+        ));
+    }
+    Ok(())
+}
+
+/// The nodes and buffers of a record batch, checked in the order Arrow lays
+/// them out: a column's node and buffers, then its children's (a list's
+/// items, a map's entries, a struct's fields).
+struct Walk<'a> {
+    nodes: &'a [&'a arrow_ipc::FieldNode],
+    buffers: &'a [&'a arrow_ipc::Buffer],
+    body: &'a [u8],
+    compressed: bool,
+    node: usize,
+    buffer: usize,
+    decoded: u64,
+}
+
+impl Walk<'_> {
+    /// Checks `field`'s node (of `rows` rows for a column; a child's length
+    /// is its parent's offsets', which arrow checks when it decodes) and
+    /// buffers, then its children's.
+    fn field(&mut self, field: &arrow_schema::Field, rows: Option<u64>) -> Result<(), String> {
+        let node = self
+            .nodes
+            .get(self.node)
+            .ok_or("fewer columns than the schema")?;
+        self.node += 1;
+        let length = u64::try_from(node.length()).map_err(|_| "negative length")?;
+        if rows.is_some_and(|r| r != length)
             || node.null_count() < 0
             || node.null_count() > node.length()
         {
@@ -437,25 +475,30 @@ fn check_message(
         }
         // Element width of each buffer (validity first). arrow asserts, rather
         // than checks, that a typed buffer's length is a multiple of its width.
-        let widths: &[u64] = match field.data_type() {
-            DataType::Utf8 | DataType::Binary => &[1, 4, 1],
-            DataType::UInt64 | DataType::Int64 | DataType::Float64 => &[1, 8],
-            DataType::UInt32 => &[1, 4],
-            _ => &[1, 1],
+        let (widths, children): (&[u64], Vec<&arrow_schema::Field>) = match field.data_type() {
+            DataType::Utf8 | DataType::Binary => (&[1, 4, 1], vec![]),
+            DataType::UInt64 | DataType::Int64 | DataType::Float64 => (&[1, 8], vec![]),
+            DataType::UInt32 => (&[1, 4], vec![]),
+            DataType::List(item) | DataType::Map(item, _) => (&[1, 4], vec![item.as_ref()]),
+            DataType::Struct(fields) => (&[1], fields.iter().map(|f| f.as_ref()).collect()),
+            _ => (&[1, 1], vec![]),
         };
         for (k, width) in widths.iter().enumerate() {
-            let buf = buffers.get(b).ok_or("fewer buffers than columns need")?;
-            b += 1;
+            let buf = self
+                .buffers
+                .get(self.buffer)
+                .ok_or("fewer buffers than columns need")?;
+            self.buffer += 1;
             let (off, blen) = (buf.offset(), buf.length());
             let end = u64::try_from(off)
                 .ok()
                 .zip(u64::try_from(blen).ok())
                 .and_then(|(o, l)| o.checked_add(l));
-            let Some(end) = end.filter(|&e| e <= body.len() as u64) else {
+            let Some(end) = end.filter(|&e| e <= self.body.len() as u64) else {
                 return Err(format!("buffer of {} past the body", field.name()));
             };
-            let raw = &body[off as usize..end as usize];
-            let decoded = match (compressed, raw.len()) {
+            let raw = &self.body[off as usize..end as usize];
+            let decoded = match (self.compressed, raw.len()) {
                 (false, n) | (true, n @ 0) => n as u64,
                 (true, 1..=7) => return Err("compressed buffer without its length".into()),
                 (true, _) => {
@@ -471,19 +514,16 @@ fn check_message(
             if decoded % width != 0 {
                 return Err(format!("a buffer of {} has a ragged length", field.name()));
             }
-            if k == 0 && node.null_count() > 0 && decoded < len.div_ceil(8) {
+            if k == 0 && node.null_count() > 0 && decoded < length.div_ceil(8) {
                 return Err(format!("validity of {} is too short", field.name()));
             }
-            decoded_total = decoded_total.saturating_add(decoded);
+            self.decoded = self.decoded.saturating_add(decoded);
         }
+        for child in children {
+            self.field(child, None)?;
+        }
+        Ok(())
     }
-    let decoded_limit = bound.limit(len, b as u64);
-    if decoded_total > decoded_limit {
-        return Err(format!(
-            "decodes to {decoded_total} bytes, more than the {decoded_limit} allowed"
-        ));
-    }
-    Ok(())
 }
 
 #[cfg(test)]

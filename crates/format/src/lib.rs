@@ -80,6 +80,7 @@ mod layout;
 mod manifest;
 mod meta;
 mod meta_arrow;
+mod package;
 mod pages;
 mod path;
 #[cfg(feature = "failpoints")]
@@ -98,7 +99,7 @@ mod undo;
 mod writer;
 
 pub use blobs::{BlobRegion, BlobScratch};
-pub use engine::{codec_calls, BatchStats, Engine, InputFile, Source};
+pub use engine::{codec_calls, Batch, BatchStats, Engine, InputFile, Source};
 pub use error::{Error, Result};
 pub use extract::{extract_all, extract_all_with, ExtractOptions, ExtractStats};
 pub use failpoint::failpoint;
@@ -109,6 +110,10 @@ pub use meta::{
     MetaCursor, MetaQuery, MetaRow, MetaSearch, MetaTable, MetaValue, Metadata, PageLimit,
 };
 pub use meta_arrow::{MetaValueBuilder, MetaValueColumns};
+pub use package::{
+    Column, ColumnType, Outcome, PackageRow, PackageTable, Packages, Plugin, Plugins, Value,
+    Window, WindowReader, COLUMNS_KEY, MAX_VALUE_LEN, PREFIX, WINDOW_HALF,
+};
 pub use path::{check_nesting, check_twins, nfc, validate as validate_path, MAX_PATH_LEN};
 pub use props::{ArchiveProps, CODEC, MAX_CHUNK_SIZE, MIN_CHUNK_SIZE};
 pub use reader::{Archive, Entry, TrieState};
@@ -117,9 +122,12 @@ pub use row::{check_file_rows, SliceRow};
 pub use scan::{scan_dir, walk, Found, Scan, ScanOptions, ScannedFile, Skipped, WALK_STACK};
 pub use schema::{
     base_schema, lookup_schema, manifest_schema, meta_schema, BATCH_ROWS, BATCH_ROWS_KEY,
-    FORMAT_VERSION, LOOKUP, META, RESERVED, RESERVED_PKG_TYPE, SMALL_BATCH_ROWS, TRIE, VERSION_KEY,
+    FORMAT_VERSION, LOOKUP, META, PLAIN_VERSION, RESERVED, RESERVED_PKG_TYPE, SMALL_BATCH_ROWS,
+    TRIE, VERSION_KEY,
 };
 pub use tail::{write_tail, Tail, TailInfo, ALIGN, FOOTER_LEN, MAGIC};
 pub use tar::{TarEntries, MAX_TAR_EXTENSION};
 pub use undo::{undo_path, Recovery};
-pub use writer::{append, compress, merge_batch, recover, MetaUpdate, Summary};
+pub use writer::{
+    append, append_with, compress, compress_with, merge_batch, recover, MetaUpdate, Summary,
+};

@@ -45,6 +45,17 @@ impl SectionEntry {
     pub fn is_reserved(&self) -> bool {
         self.pkg_type == RESERVED_PKG_TYPE
     }
+
+    /// Whether this is a package section (from version 6, a positive
+    /// `pkg_type`); before version 6 every unreserved section is data.
+    pub fn is_package(&self, version: u32) -> bool {
+        version >= 6 && self.pkg_type > 0
+    }
+
+    /// Whether this is a data sub-index, one that holds slice rows.
+    pub fn is_data(&self, version: u32) -> bool {
+        !self.is_reserved() && !self.is_package(version)
+    }
 }
 
 pub(crate) fn encode(

@@ -33,6 +33,7 @@ use crate::ipc::{read_at, read_vec, Batches, Decoded, IpcSection};
 use crate::kind::Kind;
 use crate::manifest::{self, SectionEntry};
 use crate::meta::{MetaTable, Metadata};
+use crate::package::{self, PackageTable, Packages};
 use crate::props::ArchiveProps;
 use crate::row::{check_file_rows, KeyBatch, RowBatch, SliceRow};
 use crate::schema::{
@@ -198,9 +199,10 @@ impl<R: ReadAt> Archive<R> {
         let lookup_entry = one(LOOKUP)?.ok_or_else(|| Error::corrupt("no lookup section"))?;
         one(TRIE)?;
         one(META)?;
+        check_packages(&sections, version)?;
         let data_rows: u64 = sections
             .iter()
-            .filter(|s| !s.is_reserved())
+            .filter(|s| s.is_data(version))
             .try_fold(0u64, |acc, s| acc.checked_add(s.row_count))
             .ok_or_else(|| Error::corrupt("row counts overflow"))?;
         if data_rows != lookup_entry.row_count {
@@ -221,7 +223,7 @@ impl<R: ReadAt> Archive<R> {
             },
         );
         let data = if version >= 4 {
-            let mut all = sections.iter().filter(|s| !s.is_reserved());
+            let mut all = sections.iter().filter(|s| s.is_data(version));
             let (Some(d), None) = (all.next(), all.next()) else {
                 return Err(Error::corrupt(
                     "from format version 4 an archive has exactly one data sub-index",
@@ -635,7 +637,7 @@ impl<R: ReadAt> Archive<R> {
     /// Every slice row of the data sections, in chunk_seq order.
     pub fn data_rows(&self) -> Result<Vec<SliceRow>> {
         let mut rows = Vec::new();
-        for s in self.sections.iter().filter(|s| !s.is_reserved()) {
+        for s in self.sections.iter().filter(|s| s.is_data(self.version)) {
             // Read whole, so checked whole: names and modes are under no
             // slice's hash, and an append would write damaged rows into a
             // tail with good hashes, an extraction would follow them. Read
@@ -698,6 +700,40 @@ impl<R: ReadAt> Archive<R> {
         Ok(Metadata::Present(table))
     }
 
+    /// The archive's package sections (none before format version 6), read
+    /// whole, each batch bounded by its section's length.
+    pub fn packages(&self) -> Result<Packages> {
+        let mut out = Packages::default();
+        for s in self.sections.iter().filter(|s| s.is_package(self.version)) {
+            let what = "package";
+            let open = |schema| {
+                let d = Decoded::AtMost(s.index_len);
+                IpcSection::open(
+                    &self.src,
+                    what,
+                    s.index_offset,
+                    s.index_len,
+                    Some(s.row_count),
+                    schema,
+                    d,
+                )
+            };
+            let columns = package::columns_of(open(package::schema(&[]))?.metadata(), what)?;
+            let sec = open(package::schema(&columns))?;
+            let key = (s.pkg_type, s.repo.clone());
+            let mut table = PackageTable {
+                name: s.module_name.clone(),
+                columns,
+                rows: Vec::new(),
+            };
+            for i in 0..sec.num_batches() {
+                package::extend_from_batch(&mut table, &key, &sec.batch(&self.src, i)?, what)?;
+            }
+            out.tables.insert(key, table);
+        }
+        Ok(out)
+    }
+
     /// Checks every section hash, that the whole index is exactly what its rows
     /// produce, and every slice's blake3. Returns the number of slices checked.
     pub fn verify(&self, threads: usize) -> Result<u64> {
@@ -710,8 +746,9 @@ impl<R: ReadAt> Archive<R> {
         // (which has no checksum of its own) down to the last padding byte.
         let rows = self.data_rows()?;
         let meta = self.metadata()?;
+        let packages = self.packages()?;
         if self.written_by_this_writer() {
-            self.check_canonical_tail(&rows, &meta)?;
+            self.check_canonical_tail(&rows, &meta, &packages)?;
         }
         for_each_blob(self, &rows, threads, &|_, _| Ok(()))?;
         Ok(rows.len() as u64)
@@ -721,9 +758,11 @@ impl<R: ReadAt> Archive<R> {
     /// archive with extra or unknown sections is still read and verified section by
     /// section, but cannot be compared with a rebuilt tail.
     fn written_by_this_writer(&self) -> bool {
+        // Package sections come first (`check_packages` saw to their order).
         let mut names = self
             .sections
             .iter()
+            .skip_while(|s| s.is_package(self.version))
             .map(|s| (s.pkg_type, s.repo.as_str(), s.module_name.as_str()));
         let data = (DEFAULT_PKG_TYPE, DEFAULT_REPO, DEFAULT_MODULE);
         let lookup = (RESERVED_PKG_TYPE, "", LOOKUP);
@@ -740,7 +779,12 @@ impl<R: ReadAt> Archive<R> {
             }
     }
 
-    fn check_canonical_tail(&self, rows: &[SliceRow], meta: &Metadata) -> Result<()> {
+    fn check_canonical_tail(
+        &self,
+        rows: &[SliceRow],
+        meta: &Metadata,
+        packages: &Packages,
+    ) -> Result<()> {
         let tail_start = self.blob_end;
         let mut rebuilt = Vec::new();
         write_tail_as(
@@ -750,6 +794,7 @@ impl<R: ReadAt> Archive<R> {
                 blob_end: self.blob_end,
                 rows,
                 meta,
+                packages,
             },
             self.version,
         )?;
@@ -783,6 +828,26 @@ impl<R: ReadAt> Archive<R> {
             end: self.blob_end,
         }
     }
+}
+
+/// From version 6, package sections: a positive `pkg_type`, a plugin's name
+/// as `module_name`, each `(pkg_type, repo)` once and in ascending order.
+fn check_packages(sections: &[SectionEntry], version: u32) -> Result<()> {
+    let mut last: Option<(i8, &str)> = None;
+    for s in sections.iter().filter(|s| s.is_package(version)) {
+        let key = (s.pkg_type, s.repo.as_str());
+        if !package::is_ident(&s.module_name)
+            || s.module_name == DEFAULT_MODULE
+            || last.is_some_and(|l| l >= key)
+        {
+            return Err(Error::corrupt(format!(
+                "package section ({}, {:?}, {:?}) is out of order or misnamed",
+                s.pkg_type, s.repo, s.module_name
+            )));
+        }
+        last = Some(key);
+    }
+    Ok(())
 }
 
 /// Sections must be aligned, inside `[blob_end, manifest_offset)` and disjoint.

@@ -14,8 +14,12 @@ use crate::error::{Error, Result};
 /// row's blob columns and checksum in the data sub-index only: the trie points
 /// a path at its first data row, and the lookup keeps what a listing shows.
 /// Version 5 cuts the trie into shards, so that a question reads one of them
-/// rather than all of it (`trie.rs`).
-pub const FORMAT_VERSION: u32 = 5;
+/// rather than all of it (`trie.rs`). Version 6 adds package sections
+/// (`package.rs`), and is written only by an archive that has one.
+pub const FORMAT_VERSION: u32 = 6;
+/// The version written for an archive without package sections: the bytes a
+/// version-5 writer made, so that such archives did not change.
+pub const PLAIN_VERSION: u32 = 5;
 /// Schema-metadata key carrying the format version in every Arrow section.
 pub const VERSION_KEY: &str = "znippy_format_version";
 /// Most rows in one Arrow record batch of any section (docs/format.md, section 4).

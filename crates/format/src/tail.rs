@@ -13,11 +13,13 @@ use crate::ipc::{self, Body};
 use crate::kind::Kind;
 use crate::manifest::{self, SectionEntry};
 use crate::meta::Metadata;
+use crate::package::{self, Packages};
 use crate::path;
 use crate::props::ArchiveProps;
 use crate::row::{self, SliceRow};
 use crate::schema::{
-    self, base_schema, lookup_schema, meta_schema, BATCH_ROWS, FORMAT_VERSION, SMALL_BATCH_ROWS,
+    self, base_schema, lookup_schema, meta_schema, BATCH_ROWS, FORMAT_VERSION, PLAIN_VERSION,
+    SMALL_BATCH_ROWS,
 };
 use crate::trie;
 
@@ -39,6 +41,8 @@ pub struct Tail<'a> {
     pub rows: &'a [SliceRow],
     /// The metadata: `Absent` writes no section, an empty table an empty one.
     pub meta: &'a Metadata,
+    /// The package rows: a section per `(pkg_type, repo)` that has any.
+    pub packages: &'a Packages,
 }
 
 /// Summary of a written tail.
@@ -54,8 +58,14 @@ pub struct TailInfo {
 }
 
 /// Writes the tail of an archive to `out`, which is positioned at `tail.blob_end`.
+/// An archive with package sections is version 6; one without is version 5,
+/// byte for byte what a version-5 writer made of it.
 pub fn write_tail(out: &mut dyn Write, tail: Tail<'_>) -> Result<TailInfo> {
-    write_tail_as(out, tail, FORMAT_VERSION)
+    let version = match tail.packages.is_empty() {
+        true => PLAIN_VERSION,
+        false => FORMAT_VERSION,
+    };
+    write_tail_as(out, tail, version)
 }
 
 /// The lookup's batch size before version 3, whose batches are compressed.
@@ -98,6 +108,26 @@ pub(crate) fn write_tail_as(out: &mut dyn Write, tail: Tail<'_>, version: u32) -
     };
     let rows = tail.rows.len() as u64;
     let mut sections = Vec::new();
+    if !tail.packages.is_empty() {
+        if version < 6 {
+            return Err(Error::corrupt(format!(
+                "format version {version} has no package sections"
+            )));
+        }
+        // Before the lookup: nothing a `get` reads lies among them.
+        let files = first_rows(tail.rows);
+        for (key, table) in &tail.packages.tables {
+            let bytes = ipc::encode(
+                &package::schema(&table.columns),
+                &package::to_batch(key, table, &files)?,
+                Body::Plain,
+                BATCH_ROWS,
+                version,
+            )?;
+            let n = table.rows.len() as u64;
+            sections.push(w.section(key.0, &key.1, &table.name, &bytes, n)?);
+        }
+    }
     if version >= 4 {
         // The lookup goes first, so that the data sub-index's Arrow footer,
         // the trie and the manifest, all a `get` reads besides one data batch,
@@ -141,6 +171,16 @@ pub(crate) fn write_tail_as(out: &mut dyn Write, tail: Tail<'_>, version: u32) -
         archive_len: w.pos,
         identity: *w.hash.finalize().as_bytes(),
     })
+}
+
+/// Each file's first data row and length, for the package sections.
+fn first_rows(rows: &[SliceRow]) -> HashMap<&str, (u64, u64)> {
+    let mut files: HashMap<&str, (u64, u64)> = HashMap::new();
+    for r in rows {
+        let e = files.entry(&r.relative_path).or_insert((r.chunk_seq, 0));
+        e.1 = e.1.saturating_add(r.uncompressed_size);
+    }
+    files
 }
 
 /// The data sub-index: every row in chunk_seq order.

@@ -6,9 +6,10 @@ use std::fs::{File, OpenOptions, TryLockError};
 use std::io::{self, BufWriter, Seek, SeekFrom, Write};
 use std::path::Path;
 
-use crate::engine::{BatchStats, Engine, InputFile};
+use crate::engine::{Batch, BatchStats, Engine, InputFile};
 use crate::error::{Error, Result};
 use crate::meta::{MetaTable, Metadata};
+use crate::package::{Packages, Plugins};
 use crate::props::ArchiveProps;
 use crate::reader::Archive;
 use crate::row::SliceRow;
@@ -28,6 +29,8 @@ pub struct Summary {
     pub archive_files: u64,
     /// Length of the archive afterwards.
     pub archive_len: u64,
+    /// Rows of the package sections afterwards.
+    pub package_rows: u64,
 }
 
 impl Summary {
@@ -54,12 +57,24 @@ pub fn merge_batch(live: &mut Vec<SliceRow>, batch: Vec<SliceRow>) -> bool {
     dropped
 }
 
+/// [`merge_batch`] of a whole [`Batch`]: its package rows replace those of
+/// the paths it wrote, as its slices replace theirs.
+fn merge(live: &mut Vec<SliceRow>, packages: &mut Packages, batch: Batch) -> Result<bool> {
+    let written: HashSet<&str> = batch
+        .rows
+        .iter()
+        .map(|r| r.relative_path.as_str())
+        .collect();
+    packages.merge(&written, batch.packages)?;
+    Ok(merge_batch(live, batch.rows))
+}
+
 fn count_files(rows: &[SliceRow]) -> u64 {
     rows.iter().filter(|r| r.fdata_offset == 0).count() as u64
 }
 
 /// Compresses `batches` (each an ordered list of files) into a new archive written
-/// to `out`, with `meta` as its metadata section.
+/// to `out`, with `meta` as its metadata section and no plugin.
 pub fn compress<B, I>(
     out: &mut (dyn Write + Send),
     batches: B,
@@ -72,13 +87,40 @@ where
     B: IntoIterator<Item = I>,
     I: IntoIterator<Item = Result<InputFile>>,
 {
-    let mut engine = Engine::new(props, threads)?;
+    compress_with(
+        out,
+        batches,
+        props,
+        threads,
+        meta,
+        &Plugins::none(),
+        progress,
+    )
+}
+
+/// [`compress`], running `plugins` on the files they claim: their rows make
+/// the archive's package sections.
+pub fn compress_with<B, I>(
+    out: &mut (dyn Write + Send),
+    batches: B,
+    props: ArchiveProps,
+    threads: usize,
+    meta: &Metadata,
+    plugins: &Plugins,
+    progress: &mut dyn FnMut(u64),
+) -> Result<Summary>
+where
+    B: IntoIterator<Item = I>,
+    I: IntoIterator<Item = Result<InputFile>>,
+{
+    let mut engine = Engine::new(props, threads)?.with_plugins(plugins.clone());
     let mut live = Vec::new();
+    let mut packages = Packages::default();
     let mut summary = Summary::default();
     for batch in batches {
-        let (rows, stats) = engine.write_batch(batch, out, progress)?;
-        summary.add(stats);
-        if merge_batch(&mut live, rows) {
+        let batch = engine.write_batch(batch, out, progress)?;
+        summary.add(batch.stats);
+        if merge(&mut live, &mut packages, batch)? {
             // Dedupe sees live slices only, as an append reopening the archive
             // would: so batches in one go and batch-by-batch appends agree.
             engine.forget_all_but(&live);
@@ -91,12 +133,14 @@ where
             blob_end: engine.blob_end(),
             rows: &live,
             meta,
+            packages: &packages,
         },
     )?;
     out.flush()
         .map_err(|e| Error::io("writing the archive", e))?;
     summary.archive_files = count_files(&live);
     summary.archive_len = info.archive_len;
+    summary.package_rows = packages.rows().count() as u64;
     Ok(summary)
 }
 
@@ -126,11 +170,29 @@ pub fn append<I>(
 where
     I: IntoIterator<Item = Result<InputFile>>,
 {
+    append_with(path, batch, update, threads, &Plugins::none(), progress)
+}
+
+/// [`append`], running `plugins` on the files they claim. The archive's
+/// package rows are carried forward, but for those of the paths the batch
+/// writes again.
+pub fn append_with<I>(
+    path: &Path,
+    batch: I,
+    update: MetaUpdate,
+    threads: usize,
+    plugins: &Plugins,
+    progress: &mut dyn FnMut(u64),
+) -> Result<Summary>
+where
+    I: IntoIterator<Item = Result<InputFile>>,
+{
     let file = open_locked(path)?;
     undo::recover_locked(path, &file)?;
     let archive = Archive::open(&file)?;
     let live = archive.data_rows()?;
     let meta = archive.metadata()?;
+    let packages = archive.packages()?;
     let props = archive.props();
     let blob_end = archive.blob_end();
     let old_len = archive.archive_len();
@@ -140,9 +202,14 @@ where
     undo::save(path, &file, blob_end, &old_tail)?;
     crate::failpoint("append.undo-written");
 
-    let result = append_after(
-        path, &file, live, meta, props, blob_end, batch, update, threads, progress,
-    );
+    let old = Old {
+        live,
+        meta,
+        packages,
+        props,
+        blob_end,
+    };
+    let result = append_after(path, &file, old, batch, update, threads, plugins, progress);
     if result.is_err() {
         if let Err(e) = undo::put_back(path, &file, blob_end, &old_tail) {
             return Err(Error::io(
@@ -202,27 +269,42 @@ fn open_locked(path: &Path) -> Result<File> {
     }
 }
 
+/// What an append starts from: the archive as it was.
+struct Old {
+    live: Vec<SliceRow>,
+    meta: Metadata,
+    packages: Packages,
+    props: ArchiveProps,
+    blob_end: u64,
+}
+
 #[allow(clippy::too_many_arguments)]
 fn append_after<I>(
     path: &Path,
     file: &File,
-    mut live: Vec<SliceRow>,
-    mut meta: Metadata,
-    props: ArchiveProps,
-    blob_end: u64,
+    old: Old,
     batch: I,
     update: MetaUpdate,
     threads: usize,
+    plugins: &Plugins,
     progress: &mut dyn FnMut(u64),
 ) -> Result<Summary>
 where
     I: IntoIterator<Item = Result<InputFile>>,
 {
-    let mut engine = Engine::resume(props, threads, &live, blob_end)?;
+    let Old {
+        mut live,
+        mut meta,
+        mut packages,
+        props,
+        blob_end,
+    } = old;
+    let mut engine = Engine::resume(props, threads, &live, blob_end)?.with_plugins(plugins.clone());
     let mut out = BufWriter::new(file);
     out.seek(SeekFrom::Start(blob_end))
         .map_err(|e| Error::io("seeking in the archive", e))?;
-    let (rows, stats) = engine.write_batch(batch, &mut out, progress)?;
+    let batch = engine.write_batch(batch, &mut out, progress)?;
+    let stats = batch.stats;
     if cfg!(feature = "failpoints") {
         // The new blobs over the old tail, no new tail yet: the archive is
         // unreadable here but for its undo file.
@@ -230,7 +312,7 @@ where
             .map_err(|e| Error::io("writing the archive", e))?;
         crate::failpoint("append.blobs-written");
     }
-    merge_batch(&mut live, rows);
+    merge(&mut live, &mut packages, batch)?;
     if let Some(set) = update.set {
         match &mut meta {
             Metadata::Present(t) => t.merge(set),
@@ -244,6 +326,7 @@ where
             blob_end: engine.blob_end(),
             rows: &live,
             meta: &meta,
+            packages: &packages,
         },
     )?;
     out.flush()
@@ -258,5 +341,6 @@ where
     summary.add(stats);
     summary.archive_files = count_files(&live);
     summary.archive_len = archive_len;
+    summary.package_rows = packages.rows().count() as u64;
     Ok(summary)
 }

@@ -309,6 +309,7 @@ fn the_tail_writer_refuses_rows_a_get_could_not_follow() {
                 blob_end: blob.len() as u64,
                 rows,
                 meta: &Metadata::Absent,
+                packages: &Default::default(),
             },
         )
     };

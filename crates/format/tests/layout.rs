@@ -85,7 +85,10 @@ fn the_layout_follows_the_format_rules() {
         .map(|(p, b)| Ok(InputFile::from_bytes(*p, b.clone(), None)));
     let mut out = Vec::new();
     let mut engine = Engine::new(props, 2).unwrap();
-    let (rows, _) = engine.write_batch(inputs, &mut out, &mut |_| {}).unwrap();
+    let rows = engine
+        .write_batch(inputs, &mut out, &mut |_| {})
+        .unwrap()
+        .rows;
 
     let mut offsets: Vec<u64> = rows.iter().map(|r| r.blob_offset).collect();
     offsets.sort_unstable();

@@ -117,9 +117,9 @@ where
             failpoint("store.blobs-written");
             Ok(r?)
         });
-        let r = r.map(|((rows, stats), segment)| Written {
-            rows,
-            stats,
+        let r = r.map(|(batch, segment)| Written {
+            rows: batch.rows,
+            stats: batch.stats,
             start,
             segment,
         });

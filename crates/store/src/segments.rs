@@ -545,7 +545,7 @@ mod tests {
             .iter()
             .map(|(p, b)| Ok(InputFile::from_bytes(p.clone(), b.clone(), None)))
             .collect();
-        let (rows, _) = engine.write_batch(input, out, &mut |_| {}).unwrap();
+        let rows = engine.write_batch(input, out, &mut |_| {}).unwrap().rows;
         let mut by_path: BTreeMap<String, Vec<SliceRow>> = BTreeMap::new();
         for r in rows {
             by_path.entry(r.relative_path.clone()).or_default().push(r);
