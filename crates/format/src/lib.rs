@@ -111,8 +111,9 @@ pub use meta::{
 };
 pub use meta_arrow::{MetaValueBuilder, MetaValueColumns};
 pub use package::{
-    Column, ColumnType, Outcome, PackageRow, PackageTable, Packages, Plugin, Plugins, Value,
-    Window, WindowReader, COLUMNS_KEY, MAX_VALUE_LEN, PREFIX, WINDOW_HALF,
+    column as package_column, value as package_value, Column, ColumnType, Outcome, PackageRow,
+    PackageTable, Packages, Plugin, Plugins, Value, Window, WindowReader, COLUMNS_KEY,
+    MAX_VALUE_LEN, PREFIX, WINDOW_HALF,
 };
 pub use path::{check_nesting, check_twins, nfc, validate as validate_path, MAX_PATH_LEN};
 pub use props::{ArchiveProps, CODEC, MAX_CHUNK_SIZE, MIN_CHUNK_SIZE};

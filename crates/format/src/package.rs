@@ -887,7 +887,9 @@ pub(crate) fn to_batch(
         .map_err(|e| Error::corrupt(format!("package section {}: {e}", table.name)))
 }
 
-fn column<'a>(ty: ColumnType, values: impl Iterator<Item = &'a Value>) -> ArrayRef {
+/// A column of `ty` holding `values`, as a package section lays it out (the
+/// store's package tables too, after renaming the nested fields).
+pub fn column<'a>(ty: ColumnType, values: impl Iterator<Item = &'a Value>) -> ArrayRef {
     match ty {
         ColumnType::Str => {
             let mut b = StringBuilder::new();
@@ -999,7 +1001,9 @@ pub(crate) fn extend_from_batch(
     Ok(())
 }
 
-fn value(col: &dyn Array, ty: ColumnType, r: usize) -> Option<Value> {
+/// Row `r` of a column of `ty`, whatever its nested fields are named; `None`
+/// when the column is not of that type.
+pub fn value(col: &dyn Array, ty: ColumnType, r: usize) -> Option<Value> {
     if col.is_null(r) {
         return Some(Value::Null);
     }

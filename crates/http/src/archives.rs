@@ -38,6 +38,20 @@ pub(crate) struct Create {
     #[serde(default)]
     #[schema(default = false)]
     metadata: bool,
+    /// Let the service's package plugins read the packages appended (jars,
+    /// wheels, npm tarballs, crates, .debs): their rows go to a
+    /// packages_<plugin> table per plugin, and the sealed archive has
+    /// package sections, as `znippy compress` makes them.
+    #[serde(default = "yes")]
+    #[schema(default = true)]
+    plugins: bool,
+    /// The repo the package rows are filed under (default "").
+    #[serde(default)]
+    repo: String,
+}
+
+fn yes() -> bool {
+    true
 }
 
 /// An archive, as the routes that name one answer.
@@ -136,6 +150,8 @@ pub(crate) async fn create(State(app): State<AppState>, body: Body) -> Result<Re
             level: req.level.unwrap_or(d.level),
         },
         with_meta: req.metadata,
+        plugins: req.plugins,
+        repo: req.repo,
     };
     let info = app.store.create(&req.id, opts).await?;
     Ok((StatusCode::CREATED, Json(Archive::from(info))).into_response())

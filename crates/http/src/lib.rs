@@ -48,6 +48,7 @@ mod multipart;
 mod observe;
 mod openapi;
 mod paced;
+mod packages;
 mod parse_errors;
 mod ranged;
 mod rest_catalog;
@@ -193,6 +194,7 @@ fn routes() -> (Router<AppState>, Router<AppState>, String) {
             files::delete_file
         ))
         .routes(routes!(meta::search, meta::set))
+        .routes(routes!(packages::list))
         .routes(routes!(archives::history))
         .routes(routes!(archives::seal))
         .routes(routes!(archives::download, archives::head_download))
@@ -325,6 +327,7 @@ pub async fn serve_on(
     let opts = StoreOptions {
         threads: config.threads,
         engine_memory: config.engine_memory,
+        plugins: znippy_plugins::builtin(),
     };
     let store = match &config.remote {
         None => Store::open_with(&config.data, opts).await?,

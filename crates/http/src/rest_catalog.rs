@@ -24,7 +24,7 @@ use iceberg_catalog_rest::{
 use serde_json::{json, Value};
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
-use znippy_store::{StoreError, TableKind};
+use znippy_store::StoreError;
 
 use crate::openapi::{self, ListParams, NamespacePath, PageParams, TablePath};
 use crate::AppState;
@@ -271,11 +271,7 @@ async fn tables(
 ) -> Result<Json<ListTablesResponse>, RestError> {
     let ns = from_path(ns)?;
     let paging = Paging::from_query(q)?;
-    app.store
-        .namespace_properties(&ns)
-        .await
-        .map_err(rest_error(&ns))?;
-    let names: Vec<String> = TableKind::ALL.map(|t| t.name().to_string()).into();
+    let names = app.store.table_names(&ns).await.map_err(rest_error(&ns))?;
     let (page, next) = paging.page(&names);
     let namespace = NamespaceIdent::new(ns);
     Ok(Json(ListTablesResponse {
@@ -317,15 +313,10 @@ async fn load_table(
             format!("no table {ns}.{table}"),
         )
     };
-    let Some(kind) = TableKind::from_name(&table) else {
-        // The namespace's absence, when it is absent, is the better answer.
-        app.store
-            .namespace_properties(&ns)
-            .await
-            .map_err(rest_error(&ns))?;
-        return Err(missing_table());
+    let t = match app.store.table_named(&ns, &table).await {
+        Err(StoreError::NotFound(_)) => return Err(missing_table()),
+        r => r.map_err(rest_error(&ns))?,
     };
-    let t = app.store.table(&ns, kind).await.map_err(rest_error(&ns))?;
     let location = t
         .metadata_location()
         .ok_or_else(|| internal("table without a metadata location"))?;

@@ -29,7 +29,7 @@
 
 use std::io::Write;
 
-use znippy_format::{repack, Archive, Packages, RepackStats, SliceRow, Tail, TailInfo};
+use znippy_format::{repack, Archive, RepackStats, SliceRow, Tail, TailInfo};
 use znippy_store::{SealPlan, SealedAt, SealedFile, Store, StoreError};
 
 /// Seals begun again after another node committed first, before giving up.
@@ -176,7 +176,7 @@ fn write_tail(
             blob_end,
             rows,
             meta: &plan.meta,
-            packages: &Packages::default(),
+            packages: &plan.packages,
         },
     )?;
     out.flush().map_err(io("writing the tail"))?;

@@ -36,6 +36,7 @@ async fn sealed_costs(scale: usize) -> (u64, u64, u64, u64) {
             CreateOptions {
                 props,
                 with_meta: false,
+                ..Default::default()
             },
         )
         .await

@@ -70,6 +70,7 @@ async fn in_place_seal_equals_one_shot_compress() {
                 CreateOptions {
                     props: props(),
                     with_meta: false,
+                    ..Default::default()
                 },
             )
             .await
@@ -107,6 +108,7 @@ async fn repacked_seal_after_replace_and_delete_equals_one_shot_of_the_live_file
             CreateOptions {
                 props: props(),
                 with_meta: false,
+                ..Default::default()
             },
         )
         .await
@@ -147,6 +149,7 @@ async fn a_sealed_archive_is_immutable_and_sealing_again_is_the_same() {
                 CreateOptions {
                     props: props(),
                     with_meta,
+                    ..Default::default()
                 },
             )
             .await
@@ -198,6 +201,7 @@ async fn a_seal_cut_short_is_redone_with_the_same_bytes() {
                 CreateOptions {
                     props: props(),
                     with_meta: false,
+                    ..Default::default()
                 },
             )
             .await

@@ -41,8 +41,8 @@ use iceberg::transaction::{ApplyTransactionAction, Transaction};
 use iceberg::{NamespaceIdent, TableIdent};
 use znippy_format::{
     check_file_rows, check_nesting, check_twins, failpoint, nfc, Archive, ArchiveProps, BatchStats,
-    BlobRegion, BlobScratch, Engine, Entry, InputFile, Kind, MetaRow, MetaTable, Metadata, ReadAt,
-    SliceRow, TailInfo,
+    BlobRegion, BlobScratch, Engine, Entry, InputFile, Kind, MetaRow, MetaTable, Metadata,
+    Packages, Plugin, Plugins, ReadAt, SliceRow, TailInfo,
 };
 
 use crate::backend::Backend;
@@ -53,6 +53,7 @@ use crate::file::{FileReader, ScratchPool};
 use crate::history::{self, Change, APPEND_SEQ_KEY};
 use crate::live_files::{LiveFile, LiveFiles};
 use crate::maintenance;
+use crate::packages::{self, LogRows};
 use crate::pinned::Pinned;
 use crate::sealed::{SealedAt, SealedFile, SealedWriter, SEALED_KEY, SEALED_LEN_KEY};
 use crate::segments::Segment;
@@ -60,6 +61,9 @@ use crate::storage;
 use crate::tables::{self, FileRow, MetaLogRow, FILES, META};
 
 const PENDING_META_KEY: &str = "znippy.pending-meta";
+/// The package tables' data files a `files` snapshot committed, as a JSON
+/// object from table name to data files, for their step to commit.
+const PENDING_PACKAGES_KEY: &str = "znippy.pending-packages";
 
 /// What an append did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -88,6 +92,7 @@ pub(crate) struct PendingBlobs {
 /// What the middle of an append wrote.
 pub(crate) struct Written {
     rows: Vec<SliceRow>,
+    packages: Packages,
     stats: BatchStats,
     /// Where its blobs start.
     start: u64,
@@ -119,6 +124,7 @@ where
         });
         let r = r.map(|(batch, segment)| Written {
             rows: batch.rows,
+            packages: batch.packages,
             stats: batch.stats,
             start,
             segment,
@@ -159,6 +165,9 @@ pub struct SealPlan {
     append_seq: u64,
     /// Set when the archive is sealed already.
     pub already: Option<SealedFile>,
+    /// The package rows of the live files, which the tail's package
+    /// sections hold.
+    pub packages: Packages,
 }
 
 impl SealPlan {
@@ -262,11 +271,16 @@ pub struct LiveArchive {
     /// writing) started: every committed blob lies below it.
     pending_floor: u64,
     threads: usize,
+    /// The plugins its appends run, and the repo their rows are filed under.
+    plugins: Plugins,
+    /// Each plugin's package table.
+    pub(crate) package_tables: Vec<(Arc<dyn Plugin>, TableIdent)>,
 }
 
 /// An append whose blobs are written and synced, waiting to be committed.
 pub(crate) struct Queued {
     rows: Vec<SliceRow>,
+    packages: Packages,
     stats: BatchStats,
     meta: Option<MetaTable>,
     /// Where its blobs start.
@@ -286,6 +300,8 @@ pub(crate) struct Group {
     appends: Vec<(Queued, u64)>,
     file_rows: Vec<FileRow>,
     meta_rows: Vec<MetaLogRow>,
+    /// The package rows, by the table they go to.
+    package_rows: Vec<PackageLog>,
     end: u64,
     files_ident: TableIdent,
     meta_ident: TableIdent,
@@ -298,6 +314,10 @@ pub(crate) struct Group {
     /// Where the group's blobs are, synced once for all of its appends.
     blobs: Arc<Blobs>,
 }
+
+/// Rows for one package table: its plugin (whose columns lay them out),
+/// the table, and each append's rows.
+pub(crate) type PackageLog = (Arc<dyn Plugin>, TableIdent, Vec<LogRows>);
 
 impl std::fmt::Debug for LiveArchive {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -442,9 +462,21 @@ impl LiveArchive {
         id: &str,
         ns: &NamespaceIdent,
         threads: usize,
+        plugins: &[Arc<dyn Plugin>],
     ) -> Result<Self> {
         let sidecar_path = catalog.sidecar_path(id);
         let props = crate::namespace_props(catalog, ns).await?;
+        let mut package_tables = Vec::new();
+        for name in &props.plugins {
+            let plugin = plugins
+                .iter()
+                .find(|p| p.name() == name)
+                .ok_or_else(|| StoreError::MissingPlugin(name.clone()))?;
+            let ident = TableIdent::new(ns.clone(), packages::table_name(name));
+            package_tables.push((Arc::clone(plugin), ident));
+        }
+        let archive_plugins = package_tables.iter().map(|(p, _)| Arc::clone(p)).collect();
+        let archive_plugins = Plugins::new(archive_plugins, &props.repo)?;
         let files_ident = TableIdent::new(ns.clone(), FILES.into());
         let meta_ident = TableIdent::new(ns.clone(), META.into());
         let files = tables::upgrade_files(catalog, catalog.load_table(&files_ident).await?).await?;
@@ -456,6 +488,7 @@ impl LiveArchive {
         }
         let append_seq = summary_u64(&files, APPEND_SEQ_KEY)?;
         let meta = roll_forward(catalog, &files, meta).await?;
+        roll_forward_packages(catalog, &files, &package_tables).await?;
         let blob_end = summary_u64(&files, BLOB_END_KEY)?;
         let meta_snapshot_id = meta.metadata().current_snapshot_id();
         let all_rows = tables::file_rows(&tables::scan_all(&files).await?)?;
@@ -515,6 +548,8 @@ impl LiveArchive {
             meta_behind: false,
             pending_floor: 0,
             threads,
+            plugins: archive_plugins,
+            package_tables,
         };
         archive.engine = Some(archive.fresh_engine()?);
         Ok(archive)
@@ -522,12 +557,8 @@ impl LiveArchive {
 
     /// An engine whose dedupe map holds exactly the committed live slices.
     fn fresh_engine(&self) -> Result<Engine> {
-        Ok(Engine::resume(
-            self.props,
-            self.threads,
-            &self.live_rows(),
-            self.blob_end,
-        )?)
+        let engine = Engine::resume(self.props, self.threads, &self.live_rows(), self.blob_end)?;
+        Ok(engine.with_plugins(self.plugins.clone()))
     }
 
     /// The committed live slices, in chunk order.
@@ -712,6 +743,7 @@ impl LiveArchive {
     ) -> Result<oneshot::Receiver<Result<AppendReceipt>>> {
         let Written {
             rows,
+            packages,
             stats,
             start,
             segment,
@@ -732,6 +764,7 @@ impl LiveArchive {
         let (done, receipt) = oneshot::channel();
         self.queue.push(Queued {
             rows,
+            packages,
             stats,
             meta,
             start,
@@ -760,6 +793,7 @@ impl LiveArchive {
             return None;
         }
         let (mut appends, mut file_rows, mut meta_rows) = (Vec::new(), Vec::new(), Vec::new());
+        let mut package_logs: Vec<Vec<LogRows>> = vec![Vec::new(); self.package_tables.len()];
         let segments: Vec<Segment> = queue.iter().filter_map(|q| q.segment.clone()).collect();
         let mut seq = self.append_seq;
         let mut earlier = BTreeMap::new();
@@ -784,6 +818,21 @@ impl LiveArchive {
                         seq,
                         false,
                     ));
+                    for ((pkg_type, repo), table) in &q.packages.tables {
+                        let log = LogRows {
+                            pkg_type: *pkg_type,
+                            repo: repo.clone(),
+                            rows: table.rows.clone(),
+                            append_seq: seq,
+                        };
+                        let at = self
+                            .package_tables
+                            .iter()
+                            .position(|(p, _)| p.pkg_type() == *pkg_type);
+                        if let Some(at) = at {
+                            package_logs[at].push(log);
+                        }
+                    }
                     appends.push((q, seq));
                 }
                 Err(e) => {
@@ -798,10 +847,18 @@ impl LiveArchive {
             return None;
         }
         self.committing = true;
+        let package_rows = self
+            .package_tables
+            .iter()
+            .zip(package_logs)
+            .filter(|(_, logs)| !logs.is_empty())
+            .map(|((p, t), logs)| (Arc::clone(p), t.clone(), logs))
+            .collect();
         Some(Group {
             appends,
             file_rows,
             meta_rows,
+            package_rows,
             end,
             base: self.snapshot_id,
             files_ident: self.files_ident.clone(),
@@ -1066,6 +1123,7 @@ impl LiveArchive {
         let files = catalog.load_table(&self.files_ident).await?;
         let meta = catalog.load_table(&self.meta_ident).await?;
         roll_forward(catalog, &files, meta).await?;
+        roll_forward_packages(catalog, &files, &self.package_tables).await?;
         self.catch_up_meta(catalog).await?;
         self.meta_behind = false;
         Ok(())
@@ -1219,6 +1277,7 @@ impl LiveArchive {
             base: self.snapshot_id,
             append_seq: self.append_seq,
             already: self.sealed.clone(),
+            packages: Packages::default(),
         }
     }
 
@@ -1236,7 +1295,7 @@ impl LiveArchive {
         summary.insert(SEALED_LEN_KEY.to_string(), sealed.len.to_string());
         let idents = (&self.files_ident, &self.meta_ident);
         let (committed, _) =
-            commit_change(catalog, idents, plan.base, None, &[], &[], summary).await?;
+            commit_change(catalog, idents, plan.base, None, &[], &[], &[], summary).await?;
         self.snapshot_id = Some(committed.snapshot_id);
         // The blobs now live in the sealed file; the sidecar is dead weight.
         remove_dead_sidecar(self.sidecar_path.as_deref(), sealed);
@@ -1327,13 +1386,14 @@ impl LiveArchive {
         let meta_tombs = meta_log_rows(facts, seq, true);
         let idents = (&self.files_ident, &self.meta_ident);
         let base = self.snapshot_id;
-        let (mut committed, pending) = commit_change(
+        let (mut committed, Pending { meta: pending, .. }) = commit_change(
             catalog,
             idents,
             base,
             None,
             &[tomb],
             &meta_tombs,
+            &[],
             history::summary(seq, self.blob_end, Change::Delete),
         )
         .await?;
@@ -1374,16 +1434,25 @@ impl Group {
             Some(&self.blobs),
             &self.file_rows,
             &self.meta_rows,
+            &self.package_rows,
             history::summary(seq, self.end, change),
         )
         .await?;
-        if pending.is_empty() {
+        let Pending { meta, packages } = pending;
+        if meta.is_empty() && packages.is_empty() {
             return Ok((committed, Ok(())));
         }
         let meta = async {
-            let due = commit_pending_meta(catalog, &self.meta_ident, pending, seq).await?;
-            if self.first_meta {
-                crate::set_has_meta(catalog, self.files_ident.namespace()).await?;
+            let mut due = false;
+            if !meta.is_empty() {
+                due = commit_pending_meta(catalog, &self.meta_ident, meta, seq).await?;
+                if self.first_meta {
+                    crate::set_has_meta(catalog, self.files_ident.namespace()).await?;
+                }
+            }
+            for (ident, files) in packages {
+                let table = catalog.load_table(&ident).await?;
+                storage::deferring(commit_side(catalog, &table, files, seq)).await?;
             }
             Ok(due)
         };
@@ -1424,10 +1493,18 @@ impl Queued {
     }
 }
 
-/// Steps 2 and 3 of a change to `tables` (`files`, `meta`): returns the
-/// `files` snapshot id and the meta data files still to commit (step 4).
-/// `props` is the snapshot's summary ([`history::summary`], and what else
-/// the change records).
+/// The data files a `files` snapshot named, for step 4 to commit.
+#[derive(Default)]
+struct Pending {
+    meta: Vec<DataFile>,
+    packages: Vec<(TableIdent, Vec<DataFile>)>,
+}
+
+/// Steps 2 and 3 of a change to `tables` (`files`, `meta`, the package
+/// tables): returns the `files` snapshot id and the meta and package data
+/// files still to commit (step 4). `props` is the snapshot's summary
+/// ([`history::summary`], and what else the change records).
+#[allow(clippy::too_many_arguments)]
 async fn commit_change(
     catalog: &Backend,
     idents: (&TableIdent, &TableIdent),
@@ -1435,8 +1512,9 @@ async fn commit_change(
     blobs: Option<&Arc<Blobs>>,
     file_rows: &[FileRow],
     meta_rows: &[MetaLogRow],
+    package_rows: &[PackageLog],
     props: HashMap<String, String>,
-) -> Result<(Committed, Vec<DataFile>)> {
+) -> Result<(Committed, Pending)> {
     // The blobs and every file the change writes sync while the next one is
     // written; the commit waits for them all before its pointer moves.
     storage::deferring(async {
@@ -1450,7 +1528,16 @@ async fn commit_change(
             };
             storage::start_sync(sync).await?;
         }
-        change(catalog, idents, base, file_rows, meta_rows, props).await
+        change(
+            catalog,
+            idents,
+            base,
+            file_rows,
+            meta_rows,
+            package_rows,
+            props,
+        )
+        .await
     })
     .await
 }
@@ -1461,10 +1548,27 @@ async fn change(
     base: Option<i64>,
     file_rows: &[FileRow],
     meta_rows: &[MetaLogRow],
+    package_rows: &[PackageLog],
     mut props: HashMap<String, String>,
-) -> Result<(Committed, Vec<DataFile>)> {
+) -> Result<(Committed, Pending)> {
     let mut files = catalog.load_table(idents.0).await?;
     let shared = catalog.redb().is_none();
+    let mut pending_packages = Vec::new();
+    let mut named = serde_json::Map::new();
+    for (plugin, ident, logs) in package_rows {
+        let table = catalog.load_table(ident).await?;
+        let batch = packages::batch(&table, &plugin.columns(), logs)?;
+        let written = tables::write_data_file(&table, batch).await?;
+        named.insert(
+            ident.name().to_string(),
+            serde_json::Value::String(encode_data_files(&table, &written)?),
+        );
+        pending_packages.push((ident.clone(), written));
+    }
+    if !named.is_empty() {
+        let json = serde_json::Value::Object(named).to_string();
+        props.insert(PENDING_PACKAGES_KEY.into(), json);
+    }
     let pending = if meta_rows.is_empty() {
         Vec::new()
     } else {
@@ -1499,6 +1603,10 @@ async fn change(
     }
     let committed = commit_files(catalog, &files, data, props).await?;
     failpoint("store.files-committed");
+    let pending = Pending {
+        meta: pending,
+        packages: pending_packages,
+    };
     Ok((committed, pending))
 }
 
@@ -1512,7 +1620,7 @@ async fn commit_pending_meta(
     seq: u64,
 ) -> Result<bool> {
     let meta_table = catalog.load_table(meta_ident).await?;
-    let committed = storage::deferring(commit_meta(catalog, &meta_table, pending, seq)).await?;
+    let committed = storage::deferring(commit_side(catalog, &meta_table, pending, seq)).await?;
     failpoint("store.meta-committed");
     Ok(maintenance::due(
         committed.metadata(),
@@ -1585,7 +1693,9 @@ pub(crate) struct Committed {
     pub maintenance_due: bool,
 }
 
-async fn commit_meta(
+/// Step 4 of a change, for one table beside `files` (`meta`, a package
+/// table): its data files, in a snapshot whose summary names the append.
+async fn commit_side(
     catalog: &Backend,
     meta: &Table,
     files: Vec<DataFile>,
@@ -1629,8 +1739,14 @@ async fn roll_forward(catalog: &Backend, files: &Table, meta: Table) -> Result<T
     let Some(pending) = summary(files, PENDING_META_KEY) else {
         return Ok(meta);
     };
-    let jsons: Vec<String> = serde_json::from_str(&pending).map_err(StoreError::PendingMeta)?;
-    let md = meta.metadata();
+    let data_files = decode_data_files(&meta, &pending)?;
+    commit_side(catalog, &meta, data_files, seq).await
+}
+
+/// The data files `encode_data_files` wrote for `table`.
+fn decode_data_files(table: &Table, json: &str) -> Result<Vec<DataFile>> {
+    let jsons: Vec<String> = serde_json::from_str(json).map_err(StoreError::PendingMeta)?;
+    let md = table.metadata();
     let mut data_files = Vec::new();
     for j in jsons {
         data_files.push(deserialize_data_file_from_json(
@@ -1640,7 +1756,57 @@ async fn roll_forward(catalog: &Backend, files: &Table, meta: Table) -> Result<T
             md.current_schema(),
         )?);
     }
-    commit_meta(catalog, &meta, data_files, seq).await
+    Ok(data_files)
+}
+
+/// The package tables as they must be after `files`'s current snapshot:
+/// with the data files that snapshot names for each committed, if the step
+/// that commits them did not.
+async fn roll_forward_packages(
+    catalog: &Backend,
+    files: &Table,
+    tables: &[(Arc<dyn Plugin>, TableIdent)],
+) -> Result<()> {
+    let Some(pending) = summary(files, PENDING_PACKAGES_KEY) else {
+        return Ok(());
+    };
+    let seq = summary_u64(files, APPEND_SEQ_KEY)?;
+    let pending: serde_json::Map<String, serde_json::Value> =
+        serde_json::from_str(&pending).map_err(StoreError::PendingMeta)?;
+    for (_, ident) in tables {
+        let Some(json) = pending.get(ident.name()).and_then(|v| v.as_str()) else {
+            continue;
+        };
+        let table = catalog.load_table(ident).await?;
+        if summary_u64(&table, APPEND_SEQ_KEY)? >= seq {
+            continue;
+        }
+        let data_files = decode_data_files(&table, json)?;
+        commit_side(catalog, &table, data_files, seq).await?;
+    }
+    Ok(())
+}
+
+/// The current package rows of an archive whose live files are `live`
+/// (path to the append that wrote it): each package table scanned once.
+pub(crate) async fn current_packages(
+    catalog: &Backend,
+    tables: &[(Arc<dyn Plugin>, TableIdent)],
+    live: &HashMap<String, u64>,
+) -> Result<Packages> {
+    let live: HashMap<&str, u64> = live.iter().map(|(p, s)| (p.as_str(), *s)).collect();
+    let mut out = Packages::default();
+    for (plugin, ident) in tables {
+        let table = catalog.load_table(ident).await?;
+        let mut scanned = packages::Scanned::new();
+        packages::rows(
+            &tables::scan_all(&table).await?,
+            &plugin.columns(),
+            &mut scanned,
+        )?;
+        packages::current(plugin.as_ref(), scanned, &live, &mut out);
+    }
+    Ok(out)
 }
 
 /// Whether `sealed` is the sidecar itself, sealed in place.
@@ -1679,6 +1845,7 @@ mod tests {
                 level: 3,
             },
             with_meta: false,
+            ..Default::default()
         };
         store.create("a", opts).await.unwrap();
         store

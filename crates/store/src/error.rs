@@ -157,6 +157,9 @@ pub enum StoreError {
     /// commit after it (see "roll forward" in docs/store.md) do not encode.
     #[error("corrupt live archive: the pending meta files of a snapshot: {0}")]
     PendingMeta(#[source] serde_json::Error),
+    /// The archive runs a package plugin this build does not have.
+    #[error("the archive's packages are read by plugin {0}, which this znippy does not have; run a znippy that has it")]
+    MissingPlugin(String),
     /// The data directory holds tables or blobs but no catalog (it is
     /// missing or empty), which a fresh catalog would quietly disown.
     #[error(

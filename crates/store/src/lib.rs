@@ -81,6 +81,7 @@ mod live_files;
 mod maintenance;
 mod manifest;
 mod object_storage;
+mod packages;
 mod pinned;
 mod remote;
 mod sealed;
@@ -103,7 +104,7 @@ use tokio::sync::{Mutex, OwnedMutexGuard};
 use tokio_util::task::TaskTracker;
 use znippy_format::{
     ArchiveProps, Entry, InputFile, MetaCursor, MetaQuery, MetaSearch, MetaTable, Metadata,
-    PageLimit,
+    Packages, PageLimit, Plugin, Plugins,
 };
 
 use archive::LiveArchive;
@@ -128,6 +129,8 @@ const P_META: &str = "znippy.has_meta";
 const P_STATE: &str = "znippy.state";
 const P_SEALED_PATH: &str = "znippy.sealed_path";
 const P_SEALED_LEN: &str = "znippy.sealed_len";
+const P_PLUGINS: &str = "znippy.plugins";
+const P_REPO: &str = "znippy.repo";
 
 /// Commit races a change may lose to other nodes before it gives up with
 /// the conflict.
@@ -164,12 +167,18 @@ pub struct Collected {
 }
 
 /// How to create an archive.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct CreateOptions {
     /// Chunking, packing and codec settings.
     pub props: ArchiveProps,
     /// Whether the archive has a metadata section from the start (possibly empty).
     pub with_meta: bool,
+    /// Whether the store's plugins read the packages appended to it: then
+    /// it has a `packages_<plugin>` table per plugin, and its seal has
+    /// package sections, as `znippy compress` without `--no-plugins` makes.
+    pub plugins: bool,
+    /// The repo its package rows are filed under.
+    pub repo: String,
 }
 
 /// Whether an archive still takes appends.
@@ -211,6 +220,9 @@ pub(crate) struct NsProps {
     pub archive: ArchiveProps,
     pub with_meta: bool,
     pub sealed: Option<SealedFile>,
+    /// The plugins whose package tables the archive has.
+    pub plugins: Vec<String>,
+    pub repo: String,
 }
 
 /// A sealed archive's `.znippy`, open for reading.
@@ -263,6 +275,16 @@ pub(crate) async fn namespace_props(catalog: &Backend, ns: &NamespaceIdent) -> R
             }),
             _ => None,
         },
+        plugins: p
+            .get(P_PLUGINS)
+            .map(|v| {
+                v.split(',')
+                    .filter(|n| !n.is_empty())
+                    .map(str::to_string)
+                    .collect()
+            })
+            .unwrap_or_default(),
+        repo: p.get(P_REPO).cloned().unwrap_or_default(),
     })
 }
 
@@ -321,7 +343,7 @@ fn check_id(id: &str) -> Result<()> {
 }
 
 /// How a [`Store`] runs its appends.
-#[derive(Debug, Clone, Copy)]
+#[derive(Clone)]
 pub struct StoreOptions {
     /// Compression workers per append.
     pub threads: usize,
@@ -329,6 +351,22 @@ pub struct StoreOptions {
     /// [`znippy_format::Engine::memory_bound`]): an append waits until its
     /// bound fits, and an archive whose bound exceeds it cannot be created.
     pub engine_memory: u64,
+    /// The package plugins archives created with [`CreateOptions::plugins`]
+    /// run (none by default; the service passes the built-in ones).
+    pub plugins: Vec<Arc<dyn Plugin>>,
+}
+
+impl std::fmt::Debug for StoreOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("StoreOptions")
+            .field("threads", &self.threads)
+            .field("engine_memory", &self.engine_memory)
+            .field(
+                "plugins",
+                &self.plugins.iter().map(|p| p.name()).collect::<Vec<_>>(),
+            )
+            .finish()
+    }
 }
 
 impl StoreOptions {
@@ -339,6 +377,7 @@ impl StoreOptions {
         StoreOptions {
             threads,
             engine_memory: (1 << 30).max(8 * default_append),
+            plugins: Vec::new(),
         }
     }
 }
@@ -566,6 +605,7 @@ pub struct Store {
     budget: budget::Budget,
     /// The changes running on tasks of their own (see [`Store::run_to_end`]).
     changes: TaskTracker,
+    plugins: Vec<Arc<dyn Plugin>>,
 }
 
 impl std::fmt::Debug for Store {
@@ -647,6 +687,7 @@ impl Store {
             scratches: Arc::default(),
             budget: budget::Budget::new(opts.engine_memory, threads),
             changes: TaskTracker::new(),
+            plugins: opts.plugins,
         })
     }
 
@@ -687,13 +728,34 @@ impl Store {
             return Err(znippy_format::Error::Property(e.to_string()).into());
         }
         let ns = Self::ns(id);
-        let props = HashMap::from([
+        let plugins: &[Arc<dyn Plugin>] = match opts.plugins {
+            true => &self.plugins,
+            false => &[],
+        };
+        // What the archive's appends will run, checked now.
+        Plugins::new(plugins.to_vec(), &opts.repo)?;
+        let mut props = HashMap::from([
             (P_CHUNK.to_string(), opts.props.chunk_size.to_string()),
             (P_PACK.to_string(), opts.props.pack_threshold.to_string()),
             (P_LEVEL.to_string(), opts.props.level.to_string()),
             (P_META.to_string(), opts.with_meta.to_string()),
             (P_STATE.to_string(), "live".to_string()),
         ]);
+        if !plugins.is_empty() {
+            let names: Vec<&str> = plugins.iter().map(|p| p.name()).collect();
+            props.insert(P_PLUGINS.to_string(), names.join(","));
+            props.insert(P_REPO.to_string(), opts.repo.clone());
+        }
+        let mut tables = vec![
+            (tables::FILES.to_string(), tables::files_schema()),
+            (tables::META.to_string(), tables::meta_schema()),
+        ];
+        for p in plugins {
+            tables.push((
+                packages::table_name(p.name()),
+                packages::schema(&p.columns())?,
+            ));
+        }
         // The namespace first, then its tables: an archive is whole once
         // both tables exist. A create that died between the steps (or one
         // still running) left a namespace without them, which no read opens
@@ -707,16 +769,13 @@ impl Store {
         };
         znippy_format::failpoint("store.namespace-created");
         let mut created = false;
-        for (name, schema) in [
-            (tables::FILES, tables::files_schema()),
-            (tables::META, tables::meta_schema()),
-        ] {
-            let ident = TableIdent::new(ns.clone(), name.into());
+        for (name, schema) in tables {
+            let ident = TableIdent::new(ns.clone(), name.clone());
             if resumed && self.catalog.table_exists(&ident).await? {
                 continue;
             }
             let creation = TableCreation::builder()
-                .name(name.to_string())
+                .name(name)
                 .schema(schema)
                 .sort_order(SortOrder::unsorted_order())
                 // Old metadata files beyond the log are deleted by expiry;
@@ -767,7 +826,7 @@ impl Store {
         if !self.catalog.namespace_exists(&ns).await? {
             return Err(StoreError::NoArchive(id.to_string()));
         }
-        let a = match LiveArchive::open(&self.catalog, id, &ns, self.threads).await {
+        let a = match LiveArchive::open(&self.catalog, id, &ns, self.threads, &self.plugins).await {
             // A namespace whose create has not made its tables (yet).
             Err(StoreError::Iceberg(e)) if e.kind() == ErrorKind::TableNotFound => {
                 return Err(StoreError::NoArchive(id.to_string()))
@@ -1109,6 +1168,41 @@ impl Store {
         }
     }
 
+    /// The names of archive `id`'s tables: `files`, `meta`, and a
+    /// `packages_<plugin>` per plugin it runs.
+    pub async fn table_names(&self, id: &str) -> Result<Vec<String>> {
+        let a = self.live(id, false).await?;
+        let mut names = vec![tables::FILES.to_string(), tables::META.to_string()];
+        names.extend(a.package_tables.iter().map(|(_, t)| t.name().to_string()));
+        Ok(names)
+    }
+
+    /// Table `name` of archive `id` (one of [`Store::table_names`]), as
+    /// [`Store::table`] loads one.
+    pub async fn table_named(&self, id: &str, name: &str) -> Result<Table> {
+        if !self.table_names(id).await?.iter().any(|n| n == name) {
+            return Err(StoreError::NotFound(format!("{id}.{name}")));
+        }
+        let ident = TableIdent::new(Self::ns(id), name.to_string());
+        Ok(self.catalog.load_table(&ident).await?)
+    }
+
+    /// The current package rows of archive `id`: what its plugins read
+    /// from its live files, by `(pkg_type, repo)`. Read from the package
+    /// tables (one scan each), as a seal writes them.
+    pub async fn packages(&self, id: &str) -> Result<Packages> {
+        let (tables, live) = {
+            let a = self.live(id, true).await?;
+            let live: HashMap<String, u64> = a
+                .live
+                .iter()
+                .map(|(p, f)| (p.clone(), f.append_seq))
+                .collect();
+            (a.package_tables.clone(), live)
+        };
+        archive::current_packages(&self.catalog, &tables, &live).await
+    }
+
     /// The archive's metadata (absent, or a table).
     pub async fn metadata(&self, id: &str) -> Result<Metadata> {
         let a = self.live(id, true).await?;
@@ -1161,6 +1255,17 @@ impl Store {
                 .map(|r| r.slice)
                 .collect();
         }
+        plan.packages = {
+            let state = slot.state.lock().await;
+            let live: HashMap<String, u64> = state
+                .live
+                .iter()
+                .map(|(p, f)| (p.clone(), f.append_seq))
+                .collect();
+            let tables = state.package_tables.clone();
+            drop(state);
+            archive::current_packages(&self.catalog, &tables, &live).await?
+        };
         let guard = SealGuard {
             slot,
             _writer: writer,

@@ -24,6 +24,7 @@ async fn create(store: &Store, id: &str, with_meta: bool) -> ArchiveInfo {
     let opts = CreateOptions {
         props: props(),
         with_meta,
+        ..Default::default()
     };
     store.create(id, opts).await.unwrap()
 }
@@ -828,6 +829,7 @@ async fn appends_wait_for_the_engine_memory_budget() {
             level: 22,
         },
         with_meta: false,
+        ..Default::default()
     };
     let err = store.create("huge", huge).await.unwrap_err();
     assert!(err.to_string().contains("engine memory"), "{err}");

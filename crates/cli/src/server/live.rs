@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use anyhow::{bail, Context, Result};
 use clap::Subcommand;
 use znippy_format::{ArchiveProps, ScanOptions};
-use znippy_store::{CreateOptions, SealedAt, Store};
+use znippy_store::{CreateOptions, SealedAt, Store, StoreOptions};
 
 use znippy_cli::{gather, meta_args, print_meta};
 
@@ -28,6 +28,12 @@ pub enum LiveCmd {
         /// Start with an (empty) metadata section.
         #[arg(long)]
         with_meta: bool,
+        /// The repo its package rows are filed under.
+        #[arg(long, default_value = "")]
+        repo: String,
+        /// Run no package plugin on its appends.
+        #[arg(long)]
+        no_plugins: bool,
     },
     /// List archives.
     Archives,
@@ -59,6 +65,18 @@ pub enum LiveCmd {
     Meta { id: String, key: String },
 }
 
+/// The store in `data`, with the built-in package plugins, as `znippy serve`
+/// opens it.
+async fn open_store(data: &std::path::Path, threads: usize) -> Result<Store> {
+    let opts = StoreOptions {
+        plugins: znippy_plugins::builtin(),
+        ..StoreOptions::new(threads)
+    };
+    Store::open_with(data, opts)
+        .await
+        .with_context(|| format!("opening the store in {}", data.display()))
+}
+
 fn runtime() -> Result<tokio::runtime::Runtime> {
     tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -70,9 +88,7 @@ fn runtime() -> Result<tokio::runtime::Runtime> {
 /// `znippy seal`: seals, prints where the result is, its size and identity.
 pub fn seal(data: PathBuf, id: &str, output: Option<&std::path::Path>) -> Result<()> {
     runtime()?.block_on(async move {
-        let store = Store::open(&data, 1)
-            .await
-            .with_context(|| format!("opening the store in {}", data.display()))?;
+        let store = open_store(&data, 1).await?;
         let r = znippy_seal::seal(&store, id).await;
         store.close().await;
         let r = r?;
@@ -103,9 +119,7 @@ pub fn seal(data: PathBuf, id: &str, output: Option<&std::path::Path>) -> Result
 
 pub fn run(data: PathBuf, threads: usize, cmd: LiveCmd) -> Result<std::process::ExitCode> {
     runtime()?.block_on(async move {
-        let store = Store::open(&data, threads)
-            .await
-            .with_context(|| format!("opening the store in {}", data.display()))?;
+        let store = open_store(&data, threads).await?;
         let result = command(&store, cmd).await;
         // A commit may have started keeping the tables small: let it finish
         // rather than cut it off with the runtime.
@@ -124,6 +138,8 @@ async fn command(store: &Store, cmd: LiveCmd) -> Result<std::process::ExitCode> 
             pack_threshold,
             level,
             with_meta,
+            repo,
+            no_plugins,
         } => {
             let props = ArchiveProps {
                 chunk_size,
@@ -131,7 +147,15 @@ async fn command(store: &Store, cmd: LiveCmd) -> Result<std::process::ExitCode> 
                 level,
             };
             store
-                .create(&id, CreateOptions { props, with_meta })
+                .create(
+                    &id,
+                    CreateOptions {
+                        props,
+                        with_meta,
+                        plugins: !no_plugins,
+                        repo,
+                    },
+                )
                 .await?;
             writeln!(out, "created {id}")?;
         }

@@ -103,6 +103,7 @@ pub async fn play_on(store: &Store, id: &str, props: ArchiveProps, steps: &[Step
             CreateOptions {
                 props,
                 with_meta: false,
+                ..Default::default()
             },
         )
         .await
