@@ -267,6 +267,31 @@ test('phone width: nothing overflows, every control is labelled', async () => {
   assert.deepEqual(problems, []);
 });
 
+test('a package: its preview shows what the plugin read from it', async () => {
+  const { page, problems } = await newPage();
+  await page.goto(base + '/');
+  await page.evaluate((t) => sessionStorage.setItem('znippy-token', t), TOKEN);
+  await api('POST', '/archives', JSON.stringify({ id: 'pkgs', repo: 'central' }));
+  // A real jar (scripts/packages downloads it), and a file that is no package.
+  const jar = readFileSync(join(ROOT, '.packages/commons-lang3-3.12.0.jar'));
+  const form = new FormData();
+  form.append('f', new Blob([jar]), 'lib/commons-lang3-3.12.0.jar');
+  form.append('f', new Blob(['plain\n']), 'lib/notes.txt');
+  await api('POST', '/archives/pkgs/files', form);
+  await page.goto(`${base}/#/a/pkgs`);
+  await page.getByRole('link', { name: 'lib/' }).click();
+  await page.getByRole('button', { name: 'Preview lib/commons-lang3-3.12.0.jar' }).click();
+  await page.getByRole('heading', { name: 'Package (maven, central)' }).waitFor();
+  const cell = (name) => page.locator('table.package tr', { has: page.getByRole('rowheader', { name, exact: true }) }).locator('td');
+  assert.equal(await cell('artifact_id').textContent(), 'commons-lang3');
+  assert.equal(await cell('version').textContent(), '3.12.0');
+  await page.screenshot({ path: join(SHOTS, 'package.png'), fullPage: true });
+  await page.getByRole('button', { name: 'Preview lib/notes.txt' }).click();
+  await page.locator('pre.text').filter({ hasText: 'plain' }).waitFor();
+  assert.equal(await page.locator('.package-of h3').count(), 0);
+  assert.deepEqual(problems, []);
+});
+
 // A tar stream of `paths`, each holding its own name.
 function tarOf(paths) {
   const blocks = [];

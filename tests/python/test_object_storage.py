@@ -267,3 +267,33 @@ def test_a_sealed_archive_downloads_through_any_node(tmp_path):
                             capture_output=True, text=True).stdout.split()
     assert sorted(listed) == sorted(sent)
     subprocess.run([znippy_bin(), "verify", str(downloaded)], check=True, capture_output=True)
+
+
+def test_package_tables_on_seaweedfs_answer_sql_through_its_catalog(stack, tmp_path):
+    """The plugins' tables on the shared catalog: DuckDB and pyiceberg read
+    them through SeaweedFS's catalog, and the sealed object has the package
+    sections."""
+    from pathlib import Path
+
+    sw, node = stack
+    packages = Path(__file__).resolve().parents[2] / ".packages"
+    node.create("mirror")
+    names = ["closure-compiler.jar", "hello_2.10-3_amd64.deb", "semver-7.6.0.tgz"]
+    node.post_multipart("mirror", {n: (packages / n).read_bytes() for n in names})
+    con = duckdb_connection()
+    sw.attach_duckdb(con)
+    rows = con.execute("""SELECT relative_path, version FROM sw."znippy.mirror".packages_maven
+                          WHERE artifact_id = 'guava'""").fetchall()
+    assert rows == [("closure-compiler.jar", "33.4.6-jre")]
+    con.close()
+    catalog = RestCatalog("seaweed", **sw.pyiceberg_props())
+    deb = catalog.load_table("znippy.mirror.packages_deb").scan().to_arrow().to_pylist()
+    assert [(r["package"], r["version"]) for r in deb] == [("hello", "2.10-3")]
+    served = node.ok("GET", "/archives/mirror/packages?type=npm")["packages"]
+    assert [r["columns"]["name"] for r in served] == ["semver"]
+    node.ok("POST", "/archives/mirror/seal")
+    sealed = tmp_path / "mirror.znippy"
+    sealed.write_bytes(node.request("GET", "/archives/mirror/archive.znippy").body)
+    out = subprocess.run([znippy_bin(), "packages", str(sealed), "-w", "artifact_id=guava"],
+                         check=True, capture_output=True, text=True).stdout
+    assert out.startswith("closure-compiler.jar\tmaven\tgroup_id=com.google.guava")

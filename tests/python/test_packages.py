@@ -6,6 +6,7 @@ Run: ZNIPPY_BIN=target/debug/znippy python -m pytest -q tests/python
 """
 
 import importlib.util
+import os
 import shutil
 import subprocess
 from pathlib import Path
@@ -103,3 +104,19 @@ def test_the_cli_agrees(archive):
     none = subprocess.run([znippy_bin(), "packages", str(archive), "-w", "artifact_id=log4j-core"],
                           capture_output=True)
     assert none.returncode == 1 and none.stdout == b""
+
+
+def test_packages_of_a_published_archive_read_in_place(archive):
+    # Over HTTP range requests: the footer, the manifest, the package
+    # sections; no blob.
+    from static_server import static_server
+
+    local = subprocess.run([znippy_bin(), "packages", str(archive)], check=True,
+                           capture_output=True).stdout
+    with static_server(archive.parent) as (base, _):
+        r = subprocess.run([znippy_bin(), "packages", f"{base}/{archive.name}"], check=True,
+                           capture_output=True, env={**os.environ, "ZNIPPY_REMOTE_STATS": "1"})
+    assert r.stdout == local and local.count(b"\n") == 18
+    line = next(l for l in r.stderr.decode().splitlines() if " requests, " in l)
+    received = int(line.split(" requests, ")[1].split()[0])
+    assert received < 300_000, line  # an index's worth of a 17 MB archive

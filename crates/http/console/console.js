@@ -445,7 +445,22 @@ async function showPreview(a, f, out) {
       box.append(h('p', { class: 'empty' }, 'Binary content: no preview.'));
     }
   }
-  box.append(await factsOf(a, f.path));
+  box.append(await packageOf(a, f.path), await factsOf(a, f.path));
+}
+
+// What the plugins read from the file, if it is a package: a jar's
+// coordinates, a wheel's requirements. Nothing for other files.
+async function packageOf(a, path) {
+  const res = await api('GET', `/archives/${enc(a.id)}/packages?${new URLSearchParams({ path })}`);
+  const sec = h('div', { class: 'package-of' });
+  for (const p of res.packages) {
+    sec.append(h('h3', {}, `Package (${p.type}${p.repo ? `, ${p.repo}` : ''})`));
+    if (p.error !== null) sec.append(h('p', { class: 'empty', 'data-result': 'package_error' }, `Unreadable: ${p.error}`));
+    const show = (v) => (Array.isArray(v) ? v.join(', ') : typeof v === 'object' ? Object.entries(v).map(([k, x]) => `${k} ${x}`).join(', ') : String(v));
+    const rows = Object.entries(p.columns).map(([k, v]) => h('tr', {}, h('th', { scope: 'row' }, k), h('td', { class: 'value' }, show(v))));
+    if (rows.length) sec.append(h('div', { class: 'scroll' }, h('table', { class: 'package' }, h('tbody', {}, rows))));
+  }
+  return sec;
 }
 
 // Every fact about one file, and a form that sets one.

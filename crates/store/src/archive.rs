@@ -275,6 +275,11 @@ pub struct LiveArchive {
     plugins: Plugins,
     /// Each plugin's package table.
     pub(crate) package_tables: Vec<(Arc<dyn Plugin>, TableIdent)>,
+    /// Every package table the archive has, those of plugins this build
+    /// lacks included.
+    pub(crate) package_names: Vec<String>,
+    /// A plugin the archive runs that this build lacks.
+    missing_plugin: Option<String>,
 }
 
 /// An append whose blobs are written and synced, waiting to be committed.
@@ -466,14 +471,16 @@ impl LiveArchive {
     ) -> Result<Self> {
         let sidecar_path = catalog.sidecar_path(id);
         let props = crate::namespace_props(catalog, ns).await?;
+        // A plugin this build lacks leaves the archive readable; its appends
+        // and its seal, which need the plugin's rows, are refused.
         let mut package_tables = Vec::new();
+        let mut missing_plugin = None;
         for name in &props.plugins {
-            let plugin = plugins
-                .iter()
-                .find(|p| p.name() == name)
-                .ok_or_else(|| StoreError::MissingPlugin(name.clone()))?;
             let ident = TableIdent::new(ns.clone(), packages::table_name(name));
-            package_tables.push((Arc::clone(plugin), ident));
+            match plugins.iter().find(|p| p.name() == name) {
+                Some(plugin) => package_tables.push((Arc::clone(plugin), ident)),
+                None => missing_plugin = Some(name.clone()),
+            }
         }
         let archive_plugins = package_tables.iter().map(|(p, _)| Arc::clone(p)).collect();
         let archive_plugins = Plugins::new(archive_plugins, &props.repo)?;
@@ -550,6 +557,12 @@ impl LiveArchive {
             threads,
             plugins: archive_plugins,
             package_tables,
+            package_names: props
+                .plugins
+                .iter()
+                .map(|n| packages::table_name(n))
+                .collect(),
+            missing_plugin,
         };
         archive.engine = Some(archive.fresh_engine()?);
         Ok(archive)
@@ -672,6 +685,14 @@ impl LiveArchive {
         self.queue.is_empty() && !self.committing
     }
 
+    /// Refuses a change that needs a plugin this build lacks.
+    pub(crate) fn check_plugins(&self) -> Result<()> {
+        match &self.missing_plugin {
+            Some(name) => Err(StoreError::MissingPlugin(name.clone())),
+            None => Ok(()),
+        }
+    }
+
     /// The first step of an append: what writing its blobs needs. The caller
     /// holds the archive's writer lock from here to [`LiveArchive::enqueue`],
     /// but the state lock only for this call, so reads go on meanwhile.
@@ -682,6 +703,7 @@ impl LiveArchive {
         if self.sealed.is_some() {
             return Err(StoreError::Sealed(self.id.clone()));
         }
+        self.check_plugins()?;
         // A failed commit fails the queue with it, and the engine is missing
         // only while an append holds it or right after one was abandoned.
         if (self.broken || self.engine.is_none()) && !self.settled() {
@@ -1964,6 +1986,7 @@ mod tests {
         );
         super::Queued {
             rows,
+            packages: znippy_format::Packages::default(),
             stats: znippy_format::BatchStats::default(),
             meta: None,
             start,

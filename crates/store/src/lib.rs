@@ -896,8 +896,15 @@ impl Store {
             return Err(StoreError::NoArchive(id.to_string()));
         }
         let ns = Self::ns(id);
-        for t in [&a.files_ident, &a.meta_ident] {
-            self.catalog.purge_table(t).await?;
+        let packages = a
+            .package_names
+            .iter()
+            .map(|n| TableIdent::new(ns.clone(), n.clone()));
+        for t in [a.files_ident.clone(), a.meta_ident.clone()]
+            .into_iter()
+            .chain(packages)
+        {
+            self.catalog.purge_table(&t).await?;
         }
         self.catalog.drop_namespace(&ns).await?;
         // The tables that named the blobs are gone: what a failure here
@@ -1173,7 +1180,7 @@ impl Store {
     pub async fn table_names(&self, id: &str) -> Result<Vec<String>> {
         let a = self.live(id, false).await?;
         let mut names = vec![tables::FILES.to_string(), tables::META.to_string()];
-        names.extend(a.package_tables.iter().map(|(_, t)| t.name().to_string()));
+        names.extend(a.package_names.iter().cloned());
         Ok(names)
     }
 
@@ -1193,6 +1200,7 @@ impl Store {
     pub async fn packages(&self, id: &str) -> Result<Packages> {
         let (tables, live) = {
             let a = self.live(id, true).await?;
+            a.check_plugins()?;
             let live: HashMap<String, u64> = a
                 .live
                 .iter()
@@ -1240,6 +1248,7 @@ impl Store {
                 return Err(StoreError::NoArchive(id.to_string()));
             }
             state.refresh(&self.catalog).await?;
+            state.check_plugins()?;
             (
                 state.seal_plan(self.dir.as_ref().map(|d| d.join("sealed"))),
                 state.files_ident.clone(),

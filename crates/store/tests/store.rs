@@ -815,8 +815,8 @@ async fn appends_wait_for_the_engine_memory_budget() {
     let tmp = tempfile::tempdir().unwrap();
     let one = Engine::memory_bound(props(), 2);
     let opts = StoreOptions {
-        threads: 2,
         engine_memory: one + one / 2,
+        ..StoreOptions::new(2)
     };
     let store = Arc::new(Store::open_with(tmp.path(), opts).await.unwrap());
     create(&store, "a", false).await;
