@@ -194,7 +194,9 @@ def test_pyiceberg_rest_catalog(server):
 
     cat = rest_catalog(server)
     assert sorted(cat.list_namespaces()) == [("other",), (aid,)]
-    assert sorted(cat.list_tables(aid)) == [(aid, "files"), (aid, "meta")]
+    # files, meta, and a package table per plugin (docs/store.md, "Tables").
+    packages = [(aid, f"packages_{p}") for p in ("crate", "deb", "maven", "npm", "python")]
+    assert sorted(cat.list_tables(aid)) == [(aid, "files"), (aid, "meta"), *packages]
     assert cat.namespace_exists(aid) and cat.table_exists((aid, "files"))
     props = cat.load_namespace_properties(aid)
     assert props["znippy.state"] == "live" and props["znippy.has_meta"] == "true"

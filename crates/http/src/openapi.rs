@@ -455,8 +455,9 @@ json_params! {
     /// A table of a namespace.
     TablePath = [{
         "name": "table", "in": "path", "required": true,
-        "description": "files or meta.",
-        "schema": {"type": "string", "enum": ["files", "meta"]}
+        "description": "files, meta, or a package table (packages_maven, packages_python, \
+            packages_npm, packages_crate, packages_deb) of an archive created with plugins.",
+        "schema": {"type": "string", "pattern": "^(files|meta|packages_[a-z0-9_]+)$"}
     }];
 }
 
@@ -539,13 +540,13 @@ json_schema! {
         "properties": {
             "identifiers": {
                 "type": "array",
-                "description": "Always the two tables files and meta.",
+                "description": "The tables files and meta, and the archive's package tables.",
                 "items": {
                     "type": "object",
                     "required": ["namespace", "name"],
                     "properties": {
                         "namespace": {"type": "array", "items": {"type": "string"}},
-                        "name": {"type": "string", "enum": ["files", "meta"]}
+                        "name": {"type": "string", "pattern": "^(files|meta|packages_[a-z0-9_]+)$"}
                     }
                 }
             },

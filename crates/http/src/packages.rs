@@ -55,7 +55,7 @@ pub(crate) struct PackageRow {
 
 #[derive(Serialize, ToSchema)]
 pub(crate) struct PackageList {
-    /// By plugin and repo, each plugin's rows in the order they were appended.
+    /// By plugin and repo, then by path (a file's rows in the plugin's order).
     packages: Vec<PackageRow>,
     /// More rows matched than `limit`.
     truncated: bool,

@@ -746,16 +746,6 @@ impl Store {
             props.insert(P_PLUGINS.to_string(), names.join(","));
             props.insert(P_REPO.to_string(), opts.repo.clone());
         }
-        let mut tables = vec![
-            (tables::FILES.to_string(), tables::files_schema()),
-            (tables::META.to_string(), tables::meta_schema()),
-        ];
-        for p in plugins {
-            tables.push((
-                packages::table_name(p.name()),
-                packages::schema(&p.columns())?,
-            ));
-        }
         // The namespace first, then its tables: an archive is whole once
         // both tables exist. A create that died between the steps (or one
         // still running) left a namespace without them, which no read opens
@@ -768,6 +758,26 @@ impl Store {
             }
         };
         znippy_format::failpoint("store.namespace-created");
+        // The tables the namespace says the archive has: a create resumed
+        // with other options makes what the first one recorded.
+        let recorded = match resumed {
+            true => namespace_props(&self.catalog, &ns).await?.plugins,
+            false => plugins.iter().map(|p| p.name().to_string()).collect(),
+        };
+        let mut tables = vec![
+            (tables::FILES.to_string(), tables::files_schema()),
+            (tables::META.to_string(), tables::meta_schema()),
+        ];
+        for p in self
+            .plugins
+            .iter()
+            .filter(|p| recorded.iter().any(|r| r == p.name()))
+        {
+            tables.push((
+                packages::table_name(p.name()),
+                packages::schema(&p.columns())?,
+            ));
+        }
         let mut created = false;
         for (name, schema) in tables {
             let ident = TableIdent::new(ns.clone(), name.clone());

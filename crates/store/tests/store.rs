@@ -371,6 +371,98 @@ async fn a_failed_metadata_step_is_completed_by_the_next_change() {
     assert_eq!(facts(&store).await, [MetaValue::I64(2)], "after a restart");
 }
 
+/// A store that runs the built-in plugins on archives created with them.
+async fn with_plugins(dir: &std::path::Path) -> Store {
+    let opts = znippy_store::StoreOptions {
+        plugins: znippy_plugins::builtin(),
+        ..znippy_store::StoreOptions::new(1)
+    };
+    Store::open_with(dir, opts).await.unwrap()
+}
+
+/// A real npm tarball (`scripts/packages` downloads it).
+fn npm_package(name: &str) -> Vec<u8> {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../.packages");
+    std::fs::read(dir.join(name)).expect("run ./scripts/packages")
+}
+
+/// The names of the current npm packages of archive `id`.
+async fn npm_names(store: &Store, id: &str) -> Vec<String> {
+    let p = store.packages(id).await.unwrap();
+    p.rows()
+        .map(|(_, _, r)| format!("{}={:?}", r.path, r.values[0]))
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn package_rows_commit_with_their_append_and_a_failed_step_rolls_forward() {
+    let tmp = tempfile::tempdir().unwrap();
+    let store = with_plugins(tmp.path()).await;
+    // A second create with other options makes no table the first did not.
+    let plain = CreateOptions {
+        props: props(),
+        ..Default::default()
+    };
+    store.create("p", plain.clone()).await.unwrap();
+    let again = CreateOptions {
+        plugins: true,
+        ..plain.clone()
+    };
+    assert!(matches!(
+        store.create("p", again.clone()).await,
+        Err(StoreError::Exists(_))
+    ));
+    assert_eq!(store.table_names("p").await.unwrap(), ["files", "meta"]);
+    store.drop_archive("p").await.unwrap();
+
+    store.create("q", again).await.unwrap();
+    let names = store.table_names("q").await.unwrap();
+    assert!(names.contains(&"packages_npm".to_string()), "{names:?}");
+    let tgz = |name: &str| InputFile::from_bytes(name, npm_package(name), Some(0o644));
+    store
+        .append("q", vec![tgz("semver-7.6.0.tgz")], None)
+        .await
+        .unwrap();
+    // The package table's metadata directory made unwritable: the files
+    // snapshot commits, the package step fails, and the append is not
+    // acknowledged.
+    let dir = tmp.path().join("warehouse/znippy/q/packages_npm/metadata");
+    let aside = tmp.path().join("aside");
+    std::fs::rename(&dir, &aside).unwrap();
+    std::fs::write(&dir, b"").unwrap();
+    let failed = store
+        .append("q", vec![tgz("is-number-7.0.0.tgz")], None)
+        .await;
+    assert!(matches!(failed, Err(StoreError::Commit(_))), "{failed:?}");
+    std::fs::remove_file(&dir).unwrap();
+    std::fs::rename(&aside, &dir).unwrap();
+    // The next change rolls the rows the files snapshot named forward.
+    store
+        .append("q", vec![file("notes.txt", b"x")], None)
+        .await
+        .unwrap();
+    let want = [
+        r#"is-number-7.0.0.tgz=Str("is-number")"#,
+        r#"semver-7.6.0.tgz=Str("semver")"#,
+    ];
+    assert_eq!(npm_names(&store, "q").await, want);
+    // A delete retires a package's rows without a write to its table.
+    store.delete_file("q", "semver-7.6.0.tgz").await.unwrap();
+    assert_eq!(npm_names(&store, "q").await, want[..1]);
+    drop(store);
+    let store = with_plugins(tmp.path()).await;
+    assert_eq!(npm_names(&store, "q").await, want[..1], "after a restart");
+    // A store without the plugins reads the archive, and refuses to append.
+    drop(store);
+    let bare = Store::open(tmp.path(), 1).await.unwrap();
+    assert_eq!(read(&bare, "q", "notes.txt").await, b"x");
+    let refused = bare.append("q", vec![file("y", b"y")], None).await;
+    assert!(
+        matches!(refused, Err(StoreError::MissingPlugin(_))),
+        "{refused:?}"
+    );
+}
+
 /// A store in `dir` holding archive `a` with one file, `x`, closed again.
 async fn one_file_in_a(dir: &std::path::Path) {
     let store = Store::open(dir, 1).await.unwrap();
