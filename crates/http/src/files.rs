@@ -15,10 +15,6 @@ use crate::openapi::{self, ArchiveId, FilePath, RangeHeaders};
 use crate::ranged::{self, Ranged};
 use crate::AppState;
 
-/// Page size when the client names none, and the largest it may ask for.
-const PAGE: usize = 1000;
-const MAX_PAGE: usize = 10_000;
-
 #[derive(Deserialize, IntoParams)]
 #[serde(deny_unknown_fields)]
 #[into_params(parameter_in = Query)]
@@ -95,13 +91,7 @@ pub(crate) async fn list(
     ApiPath(id): ApiPath<String>,
     ApiQuery(q): ApiQuery<ListQuery>,
 ) -> Result<Json<FileList>, ApiError> {
-    let limit = q.limit.unwrap_or(PAGE);
-    if limit == 0 || limit > MAX_PAGE {
-        return Err(ApiError::bad_request(
-            ErrorCode::BadLimit,
-            format!("limit must be 1..={MAX_PAGE}"),
-        ));
-    }
+    let limit = crate::page_size(q.limit)?;
     let folded = match q.delimiter.as_deref() {
         None => false,
         Some("/") if q.prefix.is_empty() || q.prefix.ends_with('/') => true,

@@ -385,6 +385,22 @@ async fn collect_garbage(store: Arc<Store>) {
     }
 }
 
+/// Rows in a page when the client names no limit, and the most it may ask
+/// for: the listings, metadata searches and package queries share them.
+const PAGE: usize = 1000;
+const MAX_PAGE: usize = 10_000;
+
+/// The page size a `limit` query parameter asks for, or 400 `bad_limit`.
+pub(crate) fn page_size(limit: Option<usize>) -> Result<usize, error::ApiError> {
+    match limit.unwrap_or(PAGE) {
+        n @ 1..=MAX_PAGE => Ok(n),
+        _ => Err(error::ApiError::bad_request(
+            error::ErrorCode::BadLimit,
+            format!("limit must be 1..={MAX_PAGE}"),
+        )),
+    }
+}
+
 /// Lowercase hex, as every hash and bytes value the service answers is written.
 pub(crate) fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()

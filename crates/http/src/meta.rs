@@ -37,9 +37,6 @@ pub(crate) struct SearchQuery {
     limit: Option<usize>,
 }
 
-/// Rows in a page when the client names no limit, and the most it may ask for.
-const PAGE: usize = 1000;
-const MAX_PAGE: usize = 10_000;
 /// A page ends after the row that brings it past this many bytes of values,
 /// paths and keys (a bytes value is twice that in hex): with facts of up to
 /// 1 MiB, one page stays a few MiB however many facts match.
@@ -184,13 +181,7 @@ pub(crate) async fn search(
             ))
         }
     };
-    let rows = q.limit.unwrap_or(PAGE);
-    if rows == 0 || rows > MAX_PAGE {
-        return Err(ApiError::bad_request(
-            ErrorCode::BadLimit,
-            format!("limit must be 1..={MAX_PAGE}"),
-        ));
-    }
+    let rows = crate::page_size(q.limit)?;
     let after = q.after.as_deref().map(parse_cursor).transpose()?;
     let limit = PageLimit {
         rows,

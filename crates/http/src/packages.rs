@@ -9,7 +9,7 @@ use serde_json::{Map, Value as Json_};
 use utoipa::{IntoParams, ToSchema};
 use znippy_format::Value;
 
-use crate::error::{ApiError, ErrorCode};
+use crate::error::ApiError;
 use crate::extract::{ApiPath, ApiQuery};
 use crate::openapi::{self, ArchiveId};
 use crate::AppState;
@@ -31,9 +31,6 @@ pub(crate) struct PackagesQuery {
     #[param(minimum = 1, maximum = 10000, default = 1000)]
     limit: Option<usize>,
 }
-
-const PAGE: usize = 1000;
-const MAX_PAGE: usize = 10_000;
 
 /// One package of one file.
 #[derive(Serialize, ToSchema)]
@@ -94,13 +91,7 @@ pub(crate) async fn list(
     ApiPath(id): ApiPath<String>,
     ApiQuery(q): ApiQuery<PackagesQuery>,
 ) -> Result<Json<PackageList>, ApiError> {
-    let limit = q.limit.unwrap_or(PAGE);
-    if limit == 0 || limit > MAX_PAGE {
-        return Err(ApiError::bad_request(
-            ErrorCode::BadLimit,
-            format!("limit must be 1..={MAX_PAGE}"),
-        ));
-    }
+    let limit = crate::page_size(q.limit)?;
     let packages = app.store.packages(&id).await?;
     let mut rows: Vec<PackageRow> = Vec::new();
     let mut matched = 0usize;
