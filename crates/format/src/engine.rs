@@ -41,6 +41,7 @@ use crate::layout::{BlobLoc, Closed, Layout, Piece, SliceLoc, Small};
 use crate::package::{Packages, Plugin, Plugins, Window};
 use crate::pages::{PageBuf, HUGE_PAGE};
 use crate::path;
+use crate::probe::{Msg, Probes};
 use crate::props::ArchiveProps;
 use crate::row::SliceRow;
 use crate::spare;
@@ -247,18 +248,19 @@ impl Engine {
                 pack: None,
                 stats: BatchStats::default(),
                 probe: None,
-                packages: Packages::default(),
+                probes: None,
             };
             let produced = producer.run(files, progress);
             let Producer {
                 rows,
                 mut stats,
                 lanes,
-                packages,
+                probes,
                 ..
             } = producer;
             // A writer error explains a producer that stopped for lack of buffers.
             let blobs = lanes.finish()?;
+            let packages = probes.map_or(Ok(Packages::default()), Probes::finish)?;
             produced?;
             stats.bytes_written = blobs.iter().map(|b| b.size).sum();
             let rows = self.finish_batch(rows, blobs, stats)?;
@@ -322,10 +324,11 @@ struct Producer<'e, 'scope, 'env> {
     stats: BatchStats,
     /// The plugin that claimed the file being read, and what it will see.
     probe: Option<(Arc<dyn Plugin>, Window)>,
-    packages: Packages,
+    /// The plugins' thread, once a file is claimed.
+    probes: Option<Probes<'scope>>,
 }
 
-impl Producer<'_, '_, '_> {
+impl<'scope> Producer<'_, 'scope, '_> {
     fn run<I>(&mut self, files: I, progress: &mut dyn FnMut(u64)) -> Result<()>
     where
         I: IntoIterator<Item = Result<InputFile>>,
@@ -396,8 +399,12 @@ impl Producer<'_, '_, '_> {
                 self.add_large(pack, &file.path, mode, start, &mut reader, progress)?;
             }
             if let Some((plugin, window)) = self.probe.take() {
-                let plugins = &self.engine.plugins;
-                plugins.record(plugin.as_ref(), &file.path, &window, &mut self.packages);
+                let path = file.path.clone();
+                self.probes().send(Msg::Read {
+                    plugin,
+                    path,
+                    window,
+                });
             }
             spans.insert(file.path, first_row..self.rows.len());
         }
@@ -507,17 +514,21 @@ impl Producer<'_, '_, '_> {
     /// A hard link to a package: the rows its plugin made of the file it
     /// names, under its own path.
     fn link_package(&mut self, path: &str, to: &str) {
-        let Some(plugin) = self.engine.plugins.claim(path) else {
+        let Some(plugin) = self.engine.plugins.claim(path).cloned() else {
             return;
         };
-        let key = (plugin.pkg_type(), self.engine.plugins.repo().to_string());
-        if let Some(t) = self.packages.tables.get_mut(&key) {
-            let copies: Vec<_> = t.rows.iter().filter(|r| r.path == to).cloned().collect();
-            t.rows.extend(copies.into_iter().map(|mut r| {
-                r.path = path.to_string();
-                r
-            }));
-        }
+        self.probes().send(Msg::Link {
+            plugin,
+            path: path.to_string(),
+            to: to.to_string(),
+        });
+    }
+
+    /// The plugins' thread, started on first use.
+    fn probes(&mut self) -> &Probes<'scope> {
+        let (scope, plugins) = (self.lanes.scope, &self.engine.plugins);
+        self.probes
+            .get_or_insert_with(|| Probes::start(scope, plugins.clone()))
     }
 
     /// Takes the file just read into `pack` at `start` as a small one: its row

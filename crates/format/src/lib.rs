@@ -85,6 +85,7 @@ mod pages;
 mod path;
 #[cfg(feature = "failpoints")]
 pub mod powerloss;
+mod probe;
 mod props;
 mod reader;
 mod repack;

@@ -701,22 +701,19 @@ impl<R: ReadAt> Archive<R> {
     }
 
     /// The archive's package sections (none before format version 6), read
-    /// whole, each batch bounded by its section's length.
+    /// whole, so checked whole against their BLAKE3 as the data sub-index is
+    /// (an append writes their rows into a tail with good hashes), each
+    /// batch bounded by its section's length.
     pub fn packages(&self) -> Result<Packages> {
         let mut out = Packages::default();
         for s in self.sections.iter().filter(|s| s.is_package(self.version)) {
+            let bytes = self.section_bytes(s)?;
+            expect_hash(s, blake3::hash(&bytes).as_bytes())?;
+            let bytes = bytes.as_slice();
             let what = "package";
             let open = |schema| {
                 let d = Decoded::AtMost(s.index_len);
-                IpcSection::open(
-                    &self.src,
-                    what,
-                    s.index_offset,
-                    s.index_len,
-                    Some(s.row_count),
-                    schema,
-                    d,
-                )
+                IpcSection::open(&bytes, what, 0, s.index_len, Some(s.row_count), schema, d)
             };
             let columns = package::columns_of(open(package::schema(&[]))?.metadata(), what)?;
             let sec = open(package::schema(&columns))?;
@@ -727,7 +724,7 @@ impl<R: ReadAt> Archive<R> {
                 rows: Vec::new(),
             };
             for i in 0..sec.num_batches() {
-                package::extend_from_batch(&mut table, &key, &sec.batch(&self.src, i)?, what)?;
+                package::extend_from_batch(&mut table, &key, &sec.batch(&bytes, i)?, what)?;
             }
             out.tables.insert(key, table);
         }

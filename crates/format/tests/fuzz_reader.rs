@@ -153,6 +153,49 @@ fn rehash_trie(t: &mut [u8]) {
     t[n - 56..n - 24].copy_from_slice(h.as_bytes());
 }
 
+/// A plugin for the seeds: claims `d1/`, and makes a row of every column
+/// type from a file's first words.
+struct Words;
+
+impl znippy_format::Plugin for Words {
+    fn name(&self) -> &'static str {
+        "words"
+    }
+    fn pkg_type(&self) -> i8 {
+        9
+    }
+    fn columns(&self) -> Vec<znippy_format::Column> {
+        use znippy_format::{Column, ColumnType};
+        vec![
+            Column::new("first", ColumnType::Str),
+            Column::new("len", ColumnType::I64),
+            Column::new("words", ColumnType::StrList),
+            Column::new("pairs", ColumnType::StrMap),
+        ]
+    }
+    fn matches_path(&self, path: &str) -> bool {
+        path.starts_with("d1/")
+    }
+    fn extract(&self, file: &znippy_format::Window) -> znippy_format::Outcome {
+        use znippy_format::Value;
+        let text = String::from_utf8_lossy(&file.head()[..file.head().len().min(200)]).to_string();
+        let words: Vec<String> = text
+            .split_whitespace()
+            .take(6)
+            .map(str::to_string)
+            .collect();
+        let pairs = words
+            .chunks(2)
+            .map(|p| (p[0].clone(), p.get(1).cloned().unwrap_or_default()));
+        znippy_format::Outcome::Package(vec![vec![
+            Value::opt_str(words.first().cloned()),
+            Value::I64(file.len() as i64),
+            Value::List(words.clone()),
+            Value::Map(pairs.collect()),
+        ]])
+    }
+}
+
 fn seeds() -> Vec<(Vec<u8>, Seed)> {
     let files: Vec<(String, Vec<u8>)> = (0..40)
         .map(|i| {
@@ -193,13 +236,27 @@ fn seeds() -> Vec<(Vec<u8>, Seed)> {
     )
     .unwrap();
     let empty = archive_of(&[], small_props(), &Metadata::Absent);
+    // Package sections of every column type: format version 6.
+    let mut packages = Vec::new();
+    let plugins = znippy_format::Plugins::new(vec![std::sync::Arc::new(Words)], "seed").unwrap();
+    znippy_format::compress_with(
+        &mut packages,
+        [batch(0..42)],
+        small_props(),
+        2,
+        &Metadata::Absent,
+        &plugins,
+        &mut |_| {},
+    )
+    .unwrap();
     let all: Files = files.iter().cloned().collect();
     let first5: Files = files[..5].iter().cloned().collect();
     [
         (with_meta, all.clone()),
         (plain, first5),
-        (two_batches, all),
+        (two_batches, all.clone()),
         (empty, Files::new()),
+        (packages, all),
     ]
     .into_iter()
     .map(|(bytes, files)| {
@@ -289,6 +346,7 @@ fn exercise(bytes: &[u8], seed: &Seed, extract_to: Option<&std::path::Path>) -> 
     let _ = a.list("d1/");
     let _ = a.entries("");
     let _ = a.metadata();
+    let _ = a.packages();
     let _ = a.data_rows();
     let verify = a.verify(1);
     let verified = verify.is_ok();

@@ -283,3 +283,53 @@ fn an_archive_of_packages_reads_as_before_for_everything_else() {
         ["a.pkg", "b.txt", "c.pkg", "d.pkg", "e.pkg"]
     );
 }
+
+#[test]
+fn a_hard_link_to_a_package_has_its_rows_under_its_own_name() {
+    let link = Ok(InputFile {
+        path: "z.pkg".into(),
+        mode: Some(0o644),
+        source: znippy_format::Source::SameAs("a.pkg".into()),
+    });
+    let bytes = compressed(
+        vec![vec![file("a.pkg", b"name=a"), file("b.txt", b"x"), link]],
+        2,
+    );
+    let a = Archive::open(bytes).unwrap();
+    a.verify(1).unwrap();
+    let p = a.packages().unwrap();
+    let rows: Vec<(String, Value)> = p
+        .rows()
+        .map(|(_, _, r)| (r.path.clone(), r.values[0].clone()))
+        .collect();
+    let a_row = Value::Str("a".into());
+    assert_eq!(
+        rows,
+        [("a.pkg".into(), a_row.clone()), ("z.pkg".into(), a_row)]
+    );
+}
+
+#[test]
+fn a_damaged_package_section_is_refused_not_carried_forward() {
+    let mut bytes = compressed(vec![batch1()], 1);
+    let s = Archive::open(bytes.as_slice())
+        .unwrap()
+        .sections()
+        .iter()
+        .find(|s| s.pkg_type == 7)
+        .cloned()
+        .unwrap();
+    // A byte of the section's last batch, where a value lies.
+    bytes[(s.index_offset + s.index_len / 2) as usize] ^= 0x20;
+    let a = Archive::open(bytes.as_slice()).unwrap();
+    assert!(
+        matches!(a.packages(), Err(znippy_format::Error::Checksum(_))),
+        "{:?}",
+        a.packages()
+    );
+    assert!(a.verify(1).is_err());
+    // Everything else reads as before.
+    let mut out = Vec::new();
+    a.read_file("a.pkg", &mut out).unwrap();
+    assert_eq!(out, b"name=a version=1");
+}

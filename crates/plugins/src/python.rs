@@ -80,9 +80,10 @@ fn dist_info(name: &str, leaf: &str) -> bool {
 }
 
 fn read_sdist(file: &Window) -> Result<Option<Vec<Value>>, String> {
-    let found = tarball::find(file.head(), |p| tarball::one_down(p, "PKG-INFO"))
-        .map_err(|e| crate::beyond_head(file, e))?;
-    let Some((_, bytes)) = found else {
+    // `.tar.gz` does not say sdist: one is recognized by its PKG-INFO, and
+    // a tarball in which none is found, whatever the reason, is no package.
+    let Ok(Some((_, bytes))) = tarball::find(file.head(), |p| tarball::one_down(p, "PKG-INFO"))
+    else {
         return Ok(None);
     };
     let fields = headers::parse(&text(bytes, "PKG-INFO")?, false);
