@@ -41,7 +41,7 @@ use crate::layout::{BlobLoc, Closed, Layout, Piece, SliceLoc, Small};
 use crate::package::{Packages, Plugin, Plugins, Window};
 use crate::pages::{PageBuf, HUGE_PAGE};
 use crate::path;
-use crate::probe::{Msg, Probes};
+use crate::probe::Probes;
 use crate::props::ArchiveProps;
 use crate::row::SliceRow;
 use crate::spare;
@@ -324,7 +324,7 @@ struct Producer<'e, 'scope, 'env> {
     stats: BatchStats,
     /// The plugin that claimed the file being read, and what it will see.
     probe: Option<(Arc<dyn Plugin>, Window)>,
-    /// The plugins' thread, once a file is claimed.
+    /// The plugins' threads, once a file is claimed.
     probes: Option<Probes<'scope>>,
 }
 
@@ -399,12 +399,7 @@ impl<'scope> Producer<'_, 'scope, '_> {
                 self.add_large(pack, &file.path, mode, start, &mut reader, progress)?;
             }
             if let Some((plugin, window)) = self.probe.take() {
-                let path = file.path.clone();
-                self.probes().send(Msg::Read {
-                    plugin,
-                    path,
-                    window,
-                });
+                self.probes().read(plugin, file.path.clone(), window);
             }
             spans.insert(file.path, first_row..self.rows.len());
         }
@@ -517,18 +512,16 @@ impl<'scope> Producer<'_, 'scope, '_> {
         let Some(plugin) = self.engine.plugins.claim(path).cloned() else {
             return;
         };
-        self.probes().send(Msg::Link {
-            plugin,
-            path: path.to_string(),
-            to: to.to_string(),
-        });
+        self.probes().link(plugin, path.to_string(), to.to_string());
     }
 
-    /// The plugins' thread, started on first use.
-    fn probes(&mut self) -> &Probes<'scope> {
+    /// The plugins' threads, as many as the compression workers, started
+    /// on first use.
+    fn probes(&mut self) -> &mut Probes<'scope> {
         let (scope, plugins) = (self.lanes.scope, &self.engine.plugins);
+        let threads = self.engine.workers;
         self.probes
-            .get_or_insert_with(|| Probes::start(scope, plugins.clone()))
+            .get_or_insert_with(|| Probes::start(scope, plugins.clone(), threads))
     }
 
     /// Takes the file just read into `pack` at `start` as a small one: its row

@@ -738,6 +738,17 @@ pub struct PackageTable {
     pub rows: Vec<PackageRow>,
 }
 
+impl PackageTable {
+    /// The table's name and columns, without rows.
+    pub(crate) fn clone_empty(&self) -> Self {
+        PackageTable {
+            name: self.name.clone(),
+            columns: self.columns.clone(),
+            rows: Vec::new(),
+        }
+    }
+}
+
 /// Every package section of an archive, by `(pkg_type, repo)`.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Packages {
