@@ -259,8 +259,12 @@ impl Engine {
                 ..
             } = producer;
             // A writer error explains a producer that stopped for lack of buffers.
-            let blobs = lanes.finish()?;
-            let packages = probes.map_or(Ok(Packages::default()), Probes::finish)?;
+            let blobs = lanes.finish();
+            // Joined before any error returns: a thread left running would
+            // turn the error into a panic at the end of the scope.
+            let packages = probes.map_or(Ok(Packages::default()), Probes::finish);
+            let blobs = blobs?;
+            let packages = packages?;
             produced?;
             stats.bytes_written = blobs.iter().map(|b| b.size).sum();
             let rows = self.finish_batch(rows, blobs, stats)?;

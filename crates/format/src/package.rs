@@ -178,7 +178,7 @@ impl Value {
                 let mut room = MAX_VALUE_LEN;
                 Value::List(
                     l.into_iter()
-                        .take_while(|s| room.checked_sub(s.len()).map(|r| room = r).is_some())
+                        .take_while(|s| room.checked_sub(s.len() + 1).map(|r| room = r).is_some())
                         .collect(),
                 )
             }
@@ -187,7 +187,7 @@ impl Value {
                 Value::Map(
                     m.into_iter()
                         .take_while(|(k, v)| {
-                            room.checked_sub(k.len() + v.len())
+                            room.checked_sub(k.len() + v.len() + 1)
                                 .map(|r| room = r)
                                 .is_some()
                         })
@@ -352,7 +352,14 @@ impl Plugins {
         into: &mut Packages,
     ) {
         let columns = plugin.columns();
-        let rows = match plugin.extract(file) {
+        // A plugin is not to panic; one that does (on a package that a crate
+        // it reads with does not expect) fails that package, not the archive.
+        let outcome =
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| plugin.extract(file)))
+                .unwrap_or_else(|_| {
+                    Outcome::Damaged(format!("plugin {} failed on it", plugin.name()))
+                });
+        let rows = match outcome {
             Outcome::NotAPackage => return,
             Outcome::Damaged(e) => vec![PackageRow::damaged(path, e, columns.len())],
             Outcome::Package(rows) if rows.is_empty() => return,
@@ -624,9 +631,9 @@ impl Members {
         }
         self.copy_until(&src, u64::MAX);
         // The stream's last bytes, for the next feed.
-        carry.extend_from_slice(bytes);
-        let keep = carry.len().min(LOCAL_LEN + MAX_NAME);
-        self.carry = carry.split_off(carry.len() - keep);
+        let keep = LOCAL_LEN + MAX_NAME;
+        carry.extend_from_slice(&bytes[bytes.len().saturating_sub(keep)..]);
+        self.carry = carry.split_off(carry.len().saturating_sub(keep));
     }
 
     /// Appends to the last kept piece what `src` holds of it, up to `to`.
@@ -644,8 +651,11 @@ impl Members {
             let j = (to.min(src.offset) - src.carry_at) as usize;
             b.extend_from_slice(&src.carry[i..j]);
         }
-        let i = from.max(src.offset) - src.offset;
-        b.extend_from_slice(&src.bytes[i as usize..(to - src.offset) as usize]);
+        // A piece that a header in the carry grows may still end in it.
+        if to > src.offset {
+            let i = from.max(src.offset) - src.offset;
+            b.extend_from_slice(&src.bytes[i as usize..(to - src.offset) as usize]);
+        }
     }
 
     /// The length of the local header at `buf[at]` when it names a member
@@ -1168,6 +1178,34 @@ mod tests {
             let odd = c.iter().find(|x| **x % 65_536 != 0);
             assert!(held(&w) == oracle, "cut near {odd:?}");
         }
+    }
+
+    /// Two wanted headers, the second inside the first's name, both cut by
+    /// the end of a feed: both are found in the carry, and the piece the
+    /// first starts grows over the second.
+    #[test]
+    fn overlapping_headers_cut_by_a_feed_are_kept() {
+        let plugin: Arc<dyn Plugin> = Arc::new(Wants);
+        let at = 3 * WINDOW_HALF / 2;
+        let mut f = file(3 * WINDOW_HALF, &[]);
+        // The first header's name is "A", the second's name length (8) and
+        // extra length (0), then "want.txt": the second's own name.
+        let mut first = LOCAL.to_vec();
+        first.extend_from_slice(&[0; 22]);
+        first.extend_from_slice(&13u16.to_le_bytes());
+        first.extend_from_slice(&0u16.to_le_bytes());
+        first.extend_from_slice(b"A\x08\0\0\0want.txt");
+        f[at..at + first.len()].copy_from_slice(&first);
+        f[at + 5..at + 9].copy_from_slice(LOCAL);
+        let mut whole = Window::for_plugin(&plugin);
+        whole.feed(&f);
+        let mut cut = Window::for_plugin(&plugin);
+        cut.feed(&f[..at + 20]);
+        cut.feed(&f[at + 20..]);
+        assert!(held(&cut) == held(&whole));
+        let mut b = vec![0; 100];
+        cut.read_at(at as u64, &mut b).unwrap();
+        assert_eq!(b, f[at..at + 100]);
     }
 
     #[test]

@@ -42,6 +42,7 @@ impl Plugin for Text {
             .collect();
         match text.as_str() {
             "bad" => Outcome::Damaged("bad by design".into()),
+            "panic" => panic!("a plugin bug"),
             "none" => Outcome::NotAPackage,
             "twice" => Outcome::Package(vec![
                 vec![
@@ -332,4 +333,29 @@ fn a_damaged_package_section_is_refused_not_carried_forward() {
     let mut out = Vec::new();
     a.read_file("a.pkg", &mut out).unwrap();
     assert_eq!(out, b"name=a version=1");
+}
+
+#[test]
+fn a_plugin_that_panics_fails_its_package_not_the_archive() {
+    let bytes = compressed(
+        vec![vec![file("p.pkg", b"panic"), file("a.pkg", b"name=a")]],
+        1,
+    );
+    let a = Archive::open(bytes).unwrap();
+    a.verify(1).unwrap();
+    let p = a.packages().unwrap();
+    let rows: Vec<_> = p
+        .rows()
+        .map(|(_, _, r)| (r.path.clone(), r.error.clone()))
+        .collect();
+    assert_eq!(
+        rows,
+        [
+            (
+                "p.pkg".to_string(),
+                Some("plugin text failed on it".to_string())
+            ),
+            ("a.pkg".to_string(), None)
+        ]
+    );
 }

@@ -1,7 +1,5 @@
 //! Debian packages: `control` from the `control.tar.*` member of the ar archive.
 
-use std::io::Read;
-
 use znippy_format::{Column, ColumnType, Outcome, Plugin, Value, Window};
 
 use crate::bounded::text;
@@ -48,29 +46,8 @@ impl Plugin for Deb {
 }
 
 fn read(file: &Window) -> Result<Vec<Value>, String> {
-    let mut ar = ar::Archive::new(file.head());
-    let control_tar = loop {
-        let entry = ar
-            .next_entry()
-            .ok_or("a .deb without control.tar")?
-            .map_err(|e| format!("not a readable ar archive: {e}"))?;
-        let name = String::from_utf8_lossy(entry.header().identifier()).into_owned();
-        if name.starts_with("control.tar") {
-            let mut bytes = Vec::new();
-            entry
-                .take(MAX_CONTROL_TAR + 1)
-                .read_to_end(&mut bytes)
-                .map_err(|e| format!("reading {name}: {e}"))?;
-            if bytes.len() as u64 > MAX_CONTROL_TAR {
-                return Err(format!(
-                    "{name} is larger than {} MiB",
-                    MAX_CONTROL_TAR >> 20
-                ));
-            }
-            break bytes;
-        }
-    };
-    let (_, control) = tarball::find(&control_tar, |p| p == "control")?
+    let control_tar = control_tar(file.head())?;
+    let (_, control) = tarball::find(control_tar, |p| p == "control")?
         .ok_or("control.tar holds no control file")?;
     let fields = headers::parse(&text(control, "control")?, false);
     let get = |k| Value::opt_str(headers::first(&fields, k));
@@ -94,4 +71,38 @@ fn read(file: &Window) -> Result<Vec<Value>, String> {
         depends.map_or(Value::Null, Value::List),
         Value::opt_str(description),
     ])
+}
+
+/// The `control.tar.*` member of the ar archive in `ar`: read by hand, as
+/// the format is 60-byte headers of fixed fields, and a crate that reads
+/// GNU and BSD long names sizes a buffer by a header's number.
+fn control_tar(ar: &[u8]) -> Result<&[u8], String> {
+    let mut rest = ar
+        .strip_prefix(b"!<arch>\n")
+        .ok_or("not an ar archive (no !<arch> magic)")?;
+    while rest.len() >= 60 {
+        let (header, after) = rest.split_at(60);
+        if &header[58..60] != b"`\n" {
+            return Err("not a readable ar archive: a header lacks its end".into());
+        }
+        let name = std::str::from_utf8(&header[..16]).unwrap_or("").trim_end();
+        let size: usize = std::str::from_utf8(&header[48..58])
+            .ok()
+            .and_then(|s| s.trim().parse().ok())
+            .ok_or("not a readable ar archive: a member's size is not a number")?;
+        if name.trim_end_matches('/').starts_with("control.tar") {
+            if size as u64 > MAX_CONTROL_TAR {
+                return Err(format!(
+                    "{name} is larger than {} MiB",
+                    MAX_CONTROL_TAR >> 20
+                ));
+            }
+            return after
+                .get(..size)
+                .ok_or_else(|| format!("{name} lies past what was read of the package"));
+        }
+        // Members are padded to an even length.
+        rest = after.get(size + size % 2..).unwrap_or(&[]);
+    }
+    Err("a .deb without control.tar".into())
 }

@@ -78,9 +78,12 @@ fn check_directories(file: &Window) -> Result<(), String> {
         if at >= 20 && tail[at - 20..at - 16] == *b"PK\x06\x07" {
             let record = u64_at(&tail, at - 12);
             let mut z = [0u8; 56];
+            // The record's size past its first 12 bytes: 44 and its
+            // extensible data, which the zip crate reads whole, so small.
             if record.checked_add(56).is_some_and(|e| e <= len)
                 && file.read_at(record, &mut z).is_ok()
                 && z[..4] == *b"PK\x06\x06"
+                && u64_at(&z, 4) <= 64 << 10
             {
                 (entries, size, offset) = (u64_at(&z, 32), u64_at(&z, 40), u64_at(&z, 48));
             } else {

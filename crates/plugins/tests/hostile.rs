@@ -155,4 +155,30 @@ fn hostile_packages_are_refused_within_bounded_memory() {
     );
     deb.extend_from_slice(b"\x1f\x8bnoise!");
     damaged("y.deb", &deb, "tar");
+    // GNU long-name members: a name table entry with none, and a table
+    // claiming 10 GB. Neither is read as a long name.
+    let ar = |name: &str, size: u64| {
+        let mut d = b"!<arch>\n".to_vec();
+        d.extend_from_slice(
+            format!("{name:<16}{:<12}{:<6}{:<6}{:<8}{size:<10}`\n", 0, 0, 0, 644).as_bytes(),
+        );
+        d.extend_from_slice(b"xx");
+        d
+    };
+    damaged("long.deb", &ar("/5", 2), "without control.tar");
+    damaged("table.deb", &ar("//", 9_999_999_999), "without control.tar");
+
+    // A zip64 record that claims a size for its extensible data as large
+    // as the file.
+    let mut zip64 = vec![0u8; 100];
+    zip64.extend_from_slice(b"PK\x06\x06");
+    zip64.extend_from_slice(&(1u64 << 40).to_le_bytes());
+    zip64.extend_from_slice(&[0u8; 44]);
+    zip64.extend_from_slice(b"PK\x06\x07");
+    zip64.extend_from_slice(&0u32.to_le_bytes());
+    zip64.extend_from_slice(&100u64.to_le_bytes());
+    zip64.extend_from_slice(&1u32.to_le_bytes());
+    zip64.extend_from_slice(b"PK\x05\x06");
+    zip64.extend_from_slice(&[0xff; 18]);
+    damaged("zip64.jar", &zip64, "zip64");
 }

@@ -685,6 +685,15 @@ impl LiveArchive {
         self.queue.is_empty() && !self.committing
     }
 
+    /// Each live file's path and the append that wrote it: the package rows
+    /// that are current are those of these appends.
+    pub(crate) fn live_seqs(&self) -> HashMap<String, u64> {
+        self.live
+            .iter()
+            .map(|(p, f)| (p.clone(), f.append_seq))
+            .collect()
+    }
+
     /// Refuses a change that needs a plugin this build lacks.
     pub(crate) fn check_plugins(&self) -> Result<()> {
         match &self.missing_plugin {
@@ -1474,7 +1483,10 @@ impl Group {
             }
             for (ident, files) in packages {
                 let table = catalog.load_table(&ident).await?;
-                storage::deferring(commit_side(catalog, &table, files, seq)).await?;
+                // Another node's open may have rolled these forward already.
+                if summary_u64(&table, APPEND_SEQ_KEY)? < seq {
+                    storage::deferring(commit_side(catalog, &table, files, seq)).await?;
+                }
             }
             Ok(due)
         };

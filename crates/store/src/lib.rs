@@ -1252,7 +1252,9 @@ impl Store {
         let slot = self.slot(id).await?;
         let writer = Arc::clone(&slot.writer).lock_owned().await;
         slot.flush(&self.catalog).await;
-        let (mut plan, files) = {
+        // The live files whose package rows the seal writes are taken with
+        // the plan, under one lock: the same state.
+        let (mut plan, files, package_tables, live) = {
             let mut state = slot.state.lock().await;
             if state.dropped {
                 return Err(StoreError::NoArchive(id.to_string()));
@@ -1262,6 +1264,8 @@ impl Store {
             (
                 state.seal_plan(self.dir.as_ref().map(|d| d.join("sealed"))),
                 state.files_ident.clone(),
+                state.package_tables.clone(),
+                state.live_seqs(),
             )
         };
         if !plan.in_place && plan.already.is_none() {
@@ -1274,17 +1278,7 @@ impl Store {
                 .map(|r| r.slice)
                 .collect();
         }
-        plan.packages = {
-            let state = slot.state.lock().await;
-            let live: HashMap<String, u64> = state
-                .live
-                .iter()
-                .map(|(p, f)| (p.clone(), f.append_seq))
-                .collect();
-            let tables = state.package_tables.clone();
-            drop(state);
-            archive::current_packages(&self.catalog, &tables, &live).await?
-        };
+        plan.packages = archive::current_packages(&self.catalog, &package_tables, &live).await?;
         let guard = SealGuard {
             slot,
             _writer: writer,

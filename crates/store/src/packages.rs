@@ -91,6 +91,17 @@ pub(crate) struct LogRows {
 /// nested fields named as Iceberg names them.
 pub(crate) fn batch(table: &Table, columns: &[Column], log: &[LogRows]) -> Result<RecordBatch> {
     let arrow = Arc::new(schema_to_arrow_schema(table.metadata().current_schema())?);
+    let names = arrow.fields().iter().skip(5).map(|f| f.name().as_str());
+    if !names.eq(columns.iter().map(|c| c.name.as_str())) {
+        // A build whose plugin has other columns than the table was made with.
+        return Err(StoreError::Schema {
+            table: table.identifier().to_string(),
+            source: arrow_schema::ArrowError::SchemaError(
+                "the plugin's columns are not the table's; append with the znippy that made it"
+                    .into(),
+            ),
+        });
+    }
     let mut seq = Int64Builder::new();
     let mut path = StringBuilder::new();
     let mut pkg = Int32Builder::new();
