@@ -33,6 +33,13 @@ pub enum ReadCmd {
     /// Print the package rows the plugins recorded (reads no blob). Exit
     /// status: 0 rows printed, 1 none matched.
     Packages(PackagesArgs),
+    /// Write the content the archive's signatures sign: one line naming
+    /// its identity (reads the index only).
+    Identity(IdentityArgs),
+    /// Write one of the archive's signatures (DER CMS), for an outside
+    /// verifier: `openssl cms -verify -binary -inform DER -in SIG -content
+    /// CONTENT -CAfile ca.pem -purpose any`.
+    Signature(SignatureArgs),
 }
 
 impl ReadCmd {
@@ -45,6 +52,8 @@ impl ReadCmd {
             ReadCmd::Info(a) => &a.archive.archive,
             ReadCmd::Meta(a) => &a.archive.archive,
             ReadCmd::Packages(a) => &a.archive.archive,
+            ReadCmd::Identity(a) => &a.archive.archive,
+            ReadCmd::Signature(a) => &a.archive.archive,
         }
     }
 
@@ -57,6 +66,8 @@ impl ReadCmd {
             ReadCmd::Info(_) => "info",
             ReadCmd::Meta(_) => "meta",
             ReadCmd::Packages(_) => "packages",
+            ReadCmd::Identity(_) => "identity",
+            ReadCmd::Signature(_) => "signature",
         }
     }
 
@@ -69,6 +80,8 @@ impl ReadCmd {
             ReadCmd::Info(args) => info(a, &args.archive.archive)?,
             ReadCmd::Meta(args) => return meta(a, args),
             ReadCmd::Packages(args) => return packages(a, args),
+            ReadCmd::Identity(args) => identity(a, args)?,
+            ReadCmd::Signature(args) => signature(a, args)?,
         }
         Ok(ExitCode::SUCCESS)
     }
@@ -112,6 +125,33 @@ pub struct VerifyArgs {
     /// Threads (default: all cores).
     #[arg(long)]
     pub threads: Option<usize>,
+    /// Trust signers whose certificates lead to one of these CA
+    /// certificates (PEM): every signature must, and there must be one.
+    /// Without it, signatures are checked against their own certificates
+    /// and reported as not checked against a CA.
+    #[arg(long, value_name = "PEM")]
+    pub ca: Option<PathBuf>,
+}
+
+#[derive(Args)]
+pub struct IdentityArgs {
+    #[command(flatten)]
+    pub archive: ArchiveArg,
+    /// Write here instead of stdout.
+    #[arg(short, long)]
+    pub output: Option<PathBuf>,
+}
+
+#[derive(Args)]
+pub struct SignatureArgs {
+    #[command(flatten)]
+    pub archive: ArchiveArg,
+    /// Write here (DER).
+    #[arg(short, long)]
+    pub output: PathBuf,
+    /// Which signature, counting from 1 in the order they were added.
+    #[arg(short, long, default_value_t = 1)]
+    pub number: usize,
 }
 
 #[derive(Args)]
@@ -310,13 +350,73 @@ fn get<R: ReadAt>(a: &Archive<R>, args: &GetArgs) -> Result<()> {
 }
 
 fn verify<R: ReadAt>(a: &Archive<R>, args: &VerifyArgs) -> Result<()> {
+    // The CA file first: a typo in its name should not cost a full read.
+    let anchors = match &args.ca {
+        Some(ca) => Some(
+            znippy_sign::certificates_from_pem(&znippy_sign::read_pem(ca)?)
+                .with_context(|| format!("reading {}", ca.display()))?,
+        ),
+        None => None,
+    };
     let n = a.verify(threads(args.threads))?;
+    let mut out = std::io::stdout().lock();
     writeln!(
-        std::io::stdout(),
+        out,
         "ok: {n} slices and {} sections verified",
-        a.sections().len()
+        a.sections().len() + a.signature_sections().len()
     )?;
+    let signatures = a.signatures()?;
+    if signatures.is_empty() && anchors.is_some() {
+        bail!("the archive is not signed");
+    }
+    let content = znippy_format::signed_content(&a.identity()?);
+    let now = std::time::SystemTime::now();
+    for (i, sig) in signatures.iter().enumerate() {
+        let signers = znippy_sign::verify(sig, &content, anchors.as_deref(), now)
+            .with_context(|| format!("signature {}", i + 1))?;
+        for s in signers {
+            let when = s
+                .signing_time
+                .map(|t| format!(", at {t}"))
+                .unwrap_or_default();
+            let trust = match s.trusted {
+                true => "its certificate leads to the CA",
+                false => "not checked against a CA (give --ca)",
+            };
+            writeln!(
+                out,
+                "signature {}: signed by {} (issuer {}){when}; {trust}",
+                i + 1,
+                printable(&s.signer),
+                printable(&s.issuer)
+            )?;
+        }
+    }
     Ok(())
+}
+
+fn identity<R: ReadAt>(a: &Archive<R>, args: &IdentityArgs) -> Result<()> {
+    let content = znippy_format::signed_content(&a.identity()?);
+    match &args.output {
+        Some(path) => {
+            std::fs::write(path, content).with_context(|| format!("writing {}", path.display()))?
+        }
+        None => std::io::stdout().write_all(&content)?,
+    }
+    Ok(())
+}
+
+fn signature<R: ReadAt>(a: &Archive<R>, args: &SignatureArgs) -> Result<()> {
+    let mut signatures = a.signatures()?;
+    let count = signatures.len();
+    if count == 0 {
+        bail!("the archive is not signed");
+    }
+    if args.number == 0 || args.number > count {
+        bail!("the archive has {count} signatures; give a number from 1 to {count}");
+    }
+    let sig = signatures.swap_remove(args.number - 1);
+    std::fs::write(&args.output, sig).with_context(|| format!("writing {}", args.output.display()))
 }
 
 fn meta<R: ReadAt>(a: &Archive<R>, args: &MetaArgs) -> Result<ExitCode> {
@@ -388,6 +488,14 @@ fn info<R: ReadAt>(a: &Archive<R>, path: &Path) -> Result<()> {
     writeln!(out, "ratio          {ratio:.3}")?;
     let id: String = a.identity()?.iter().map(|b| format!("{b:02x}")).collect();
     writeln!(out, "identity       {id}")?;
+    let signed = match a.signature_sections().len() {
+        0 => "none".to_string(),
+        n => format!(
+            "{n}, after byte {} (`znippy verify` checks them)",
+            a.signed_len()
+        ),
+    };
+    writeln!(out, "signatures     {signed}")?;
     writeln!(
         out,
         "properties     codec={} level={} chunk_size={} pack_threshold={}",
@@ -403,7 +511,7 @@ fn info<R: ReadAt>(a: &Archive<R>, path: &Path) -> Result<()> {
         "  {:>8} {:<20} {:<12} {:>12} {:>12} {:>10}",
         "pkg_type", "module", "repo", "offset", "length", "rows"
     )?;
-    for s in a.sections() {
+    for s in a.sections().iter().chain(a.signature_sections()) {
         writeln!(
             out,
             "  {:>8} {:<20} {:<12} {:>12} {:>12} {:>10}",

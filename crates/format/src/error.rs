@@ -78,6 +78,10 @@ pub enum Error {
     /// The requested path is not in the archive.
     #[error("no such file in the archive: {0}")]
     NotFound(String),
+    /// The archive is not the one a signature was made for: it changed
+    /// between reading its identity and adding the signature.
+    #[error("{0} changed while it was being signed: sign it again")]
+    Changed(String),
 }
 
 impl Error {

@@ -92,6 +92,7 @@ mod repack;
 mod row;
 mod scan;
 mod schema;
+mod signature;
 mod spare;
 mod tail;
 mod tar;
@@ -124,12 +125,14 @@ pub use row::{check_file_rows, SliceRow};
 pub use scan::{scan_dir, walk, Found, Scan, ScanOptions, ScannedFile, Skipped, WALK_STACK};
 pub use schema::{
     base_schema, lookup_schema, manifest_schema, meta_schema, BATCH_ROWS, BATCH_ROWS_KEY,
-    FORMAT_VERSION, LOOKUP, META, PLAIN_VERSION, RESERVED, RESERVED_PKG_TYPE, SMALL_BATCH_ROWS,
-    TRIE, VERSION_KEY,
+    FORMAT_VERSION, LOOKUP, META, PLAIN_VERSION, RESERVED, RESERVED_PKG_TYPE, SIGNATURE,
+    SMALL_BATCH_ROWS, TRIE, VERSION_KEY,
 };
+pub use signature::{signed_content, MAX_SIGNATURES, MAX_SIGNATURE_LEN};
 pub use tail::{write_tail, Tail, TailInfo, ALIGN, FOOTER_LEN, MAGIC};
 pub use tar::{TarEntries, MAX_TAR_EXTENSION};
 pub use undo::{undo_path, Recovery};
 pub use writer::{
-    append, append_with, compress, compress_with, merge_batch, recover, MetaUpdate, Summary,
+    add_signature, append, append_with, compress, compress_with, merge_batch, recover, MetaUpdate,
+    Summary,
 };

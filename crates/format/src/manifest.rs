@@ -10,11 +10,16 @@ use arrow_array::types::{Int8Type, UInt64Type};
 use arrow_array::{ArrayRef, RecordBatch};
 
 use crate::error::{Error, Result};
-use crate::ipc::{self, Decoded, IpcSection};
+use crate::io::ReadAt;
+use crate::ipc::{self, read_at, Decoded, IpcSection};
 use crate::schema::{manifest_schema, BATCH_ROWS, RESERVED, RESERVED_PKG_TYPE};
+use crate::tail::{FOOTER_LEN, MAGIC};
 
 /// Schema-metadata key recording the end of the blob region.
 pub(crate) const KEY_BLOB_END: &str = "znippy.blob_end";
+
+/// Largest manifest a reader accepts (a manifest has a handful of rows).
+const MAX_MANIFEST_LEN: u64 = 16 << 20;
 
 /// Most manifest rows a reader accepts. (What a damaged manifest can cost to
 /// decode is bounded by its length: its buffers are plain, and its blocks may
@@ -100,6 +105,49 @@ pub(crate) fn encode(
     let batch = RecordBatch::try_new(schema.clone(), cols)
         .map_err(|e| Error::corrupt(format!("manifest: {e}")))?;
     ipc::encode(&schema, &batch, ipc::Body::Plain, BATCH_ROWS, version)
+}
+
+/// A manifest as read from an archive.
+#[derive(Debug)]
+pub(crate) struct Read {
+    /// Its rows.
+    pub(crate) sections: Vec<SectionEntry>,
+    /// Its schema metadata.
+    pub(crate) md: HashMap<String, String>,
+    /// Where it starts.
+    pub(crate) offset: u64,
+}
+
+/// Reads the manifest whose footer ends at `end`: the footer, then the
+/// manifest it points at, bounded before anything is allocated for it.
+pub(crate) fn read(src: &dyn ReadAt, end: u64) -> Result<Read> {
+    if end < FOOTER_LEN {
+        return Err(Error::corrupt(format!("no footer fits in {end} bytes")));
+    }
+    let mut footer = [0u8; FOOTER_LEN as usize];
+    read_at(src, &mut footer, end - FOOTER_LEN, "footer")?;
+    if &footer[..8] != MAGIC {
+        return Err(Error::NotAnArchive(format!(
+            "no ZNPYMIDX footer ends at byte {end}"
+        )));
+    }
+    let mut off = [0u8; 8];
+    off.copy_from_slice(&footer[8..]);
+    let offset = u64::from_le_bytes(off);
+    let manifest_end = end - FOOTER_LEN;
+    if offset >= manifest_end || manifest_end - offset > MAX_MANIFEST_LEN {
+        return Err(Error::corrupt(format!(
+            "manifest offset {offset} does not fit a footer ending at {end}"
+        )));
+    }
+    let mut bytes = vec![0u8; (manifest_end - offset) as usize];
+    read_at(src, &mut bytes, offset, "manifest")?;
+    let (sections, md) = decode(&bytes)?;
+    Ok(Read {
+        sections,
+        md,
+        offset,
+    })
 }
 
 /// Decodes a manifest held in memory; returns its rows and schema metadata.

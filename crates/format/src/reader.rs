@@ -40,11 +40,9 @@ use crate::schema::{
     base_schema, check_version, lookup_schema, meta_schema, DEFAULT_MODULE, DEFAULT_PKG_TYPE,
     DEFAULT_REPO, LOOKUP, META, RESERVED_PKG_TYPE, TRIE,
 };
-use crate::tail::{check_order, write_tail_as, Tail, ALIGN, FOOTER_LEN, MAGIC};
+use crate::signature::{self, Signed, MAX_SIGNATURE_LEN};
+use crate::tail::{check_order, write_tail_as, Tail, ALIGN, FOOTER_LEN};
 use crate::trie::Trie;
-
-/// Largest manifest a reader accepts (a manifest has a handful of rows).
-const MAX_MANIFEST_LEN: u64 = 16 << 20;
 
 /// One file of an archive, as listed.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -98,6 +96,9 @@ pub struct Archive<R> {
     blob_end: u64,
     manifest_offset: u64,
     sections: Vec<SectionEntry>,
+    /// The signed part's manifest metadata, which a signature repeats.
+    md: HashMap<String, String>,
+    signed: Signed,
     lookup: Batches<LookupBatch>,
     rows: u64,
     /// From version 4, the one data sub-index, which a `get` reads a batch of.
@@ -156,25 +157,13 @@ impl<R: ReadAt> Archive<R> {
                 "{len} bytes is shorter than the footer"
             )));
         }
-        let mut footer = [0u8; FOOTER_LEN as usize];
-        read_at(&src, &mut footer, len - FOOTER_LEN, "footer")?;
-        if &footer[..8] != MAGIC {
-            return Err(Error::NotAnArchive(
-                "no ZNPYMIDX footer at the end of the file".into(),
-            ));
-        }
-        let mut off = [0u8; 8];
-        off.copy_from_slice(&footer[8..]);
-        let manifest_offset = u64::from_le_bytes(off);
-        let manifest_end = len - FOOTER_LEN;
-        if manifest_offset >= manifest_end || manifest_end - manifest_offset > MAX_MANIFEST_LEN {
-            return Err(Error::corrupt(format!(
-                "manifest offset {manifest_offset} does not fit a {len}-byte archive"
-            )));
-        }
-        let mut mbytes = vec![0u8; (manifest_end - manifest_offset) as usize];
-        read_at(&src, &mut mbytes, manifest_offset, "manifest")?;
-        let (sections, md) = manifest::decode(&mbytes)?;
+        let outer = manifest::read(&src, len)?;
+        let (inner, signed) = signature::split(&src, outer, len)?;
+        let manifest::Read {
+            sections,
+            md,
+            offset: manifest_offset,
+        } = inner;
         let version = check_version(&md, "manifest")?;
         let props = ArchiveProps::from_metadata(&md)?;
         let blob_end: u64 = md
@@ -251,6 +240,8 @@ impl<R: ReadAt> Archive<R> {
             manifest_offset,
             rows: lookup_entry.row_count,
             sections,
+            md,
+            signed,
             lookup,
             data,
             trie: OnceLock::new(),
@@ -277,14 +268,68 @@ impl<R: ReadAt> Archive<R> {
         self.blob_end
     }
 
-    /// The archive's identity: blake3 of its tail, bytes `[blob_end, len)`.
+    /// The archive's identity: blake3 of its tail, bytes `[blob_end, len)`,
+    /// or, once it is signed, of the tail the signatures sign (they follow
+    /// it, see [`Archive::signed_len`]).
     ///
     /// The tail names every slice's blake3 (data index) and every section's
     /// (manifest), so two archives with the same identity hold the same files
     /// with the same contents and the same metadata. Reading it costs the
-    /// index, never the payload: it is what a seal reports.
+    /// index, never the payload: it is what a seal reports and a signature
+    /// signs.
     pub fn identity(&self) -> Result<[u8; 32]> {
-        self.hash_of(self.blob_end, self.len - self.blob_end, "archive tail")
+        self.hash_of(
+            self.blob_end,
+            self.signed.end - self.blob_end,
+            "archive tail",
+        )
+    }
+
+    /// Where the part of the archive its signatures sign ends: its length
+    /// when it has none.
+    pub fn signed_len(&self) -> u64 {
+        self.signed.end
+    }
+
+    /// The manifest rows of the signature sections, in the order they were
+    /// added.
+    pub fn signature_sections(&self) -> &[SectionEntry] {
+        &self.signed.sections
+    }
+
+    /// The signatures, each the bytes of one signature section (a DER CMS
+    /// SignedData over [`crate::signed_content`] of the identity), each
+    /// checked against its BLAKE3.
+    pub fn signatures(&self) -> Result<Vec<Vec<u8>>> {
+        self.signed
+            .sections
+            .iter()
+            .map(|s| {
+                if s.index_len > MAX_SIGNATURE_LEN {
+                    return Err(Error::corrupt(format!(
+                        "a signature section of {} bytes, more than the {MAX_SIGNATURE_LEN} \
+                         a signature may be",
+                        s.index_len
+                    )));
+                }
+                let bytes = read_vec(&self.src, s.index_offset, s.index_len, "signature")?;
+                expect_hash(s, blake3::hash(&bytes).as_bytes())?;
+                Ok(bytes)
+            })
+            .collect()
+    }
+
+    /// What follows the signed part once `sigs` are its signatures: the
+    /// signature sections and the manifest after them.
+    pub(crate) fn signature_suffix(&self, sigs: &[Vec<u8>]) -> Result<Vec<u8>> {
+        let signed = manifest::Read {
+            sections: self.sections.clone(),
+            md: self.md.clone(),
+            offset: self.manifest_offset,
+        };
+        let mut out = Vec::new();
+        signature::write_signatures(&mut out, &signed, self.signed.end, self.version, sigs)?;
+        Ok(out)
     }
 
     /// BLAKE3 of `len` bytes of the archive from `offset`, read a MiB at a time.
@@ -747,6 +792,21 @@ impl<R: ReadAt> Archive<R> {
         if self.written_by_this_writer() {
             self.check_canonical_tail(&rows, &meta, &packages)?;
         }
+        let signatures = self.signatures()?;
+        if !signatures.is_empty() {
+            let rebuilt = self.signature_suffix(&signatures)?;
+            let on_disk = read_vec(
+                &self.src,
+                self.signed.end,
+                self.len - self.signed.end,
+                "signatures",
+            )?;
+            if on_disk != rebuilt {
+                return Err(Error::corrupt(
+                    "the signatures and the manifest after them are not what they produce",
+                ));
+            }
+        }
         for_each_blob(self, &rows, threads, &|_, _| Ok(()))?;
         Ok(rows.len() as u64)
     }
@@ -796,14 +856,15 @@ impl<R: ReadAt> Archive<R> {
             self.version,
         )?;
         // The tail is what its rows produce, so that bounds what is read.
-        if self.len - tail_start != rebuilt.len() as u64 {
+        let tail_end = self.signed.end;
+        if tail_end - tail_start != rebuilt.len() as u64 {
             return Err(Error::corrupt(format!(
                 "the index is {} bytes where its rows produce {}",
-                self.len - tail_start,
+                tail_end - tail_start,
                 rebuilt.len()
             )));
         }
-        let on_disk = read_vec(&self.src, tail_start, self.len - tail_start, "archive tail")?;
+        let on_disk = read_vec(&self.src, tail_start, tail_end - tail_start, "archive tail")?;
         if let Some(i) = on_disk.iter().zip(&rebuilt).position(|(a, b)| a != b) {
             return Err(Error::corrupt(format!(
                 "the index differs from the one its rows produce, at byte {}",

@@ -42,10 +42,13 @@ pub const LOOKUP: &str = "__znippy_lookup__";
 pub const TRIE: &str = "__znippy_trie__";
 /// Module name of the metadata section.
 pub const META: &str = "__znippy_meta__";
+/// Module name of a signature section (`signature.rs`): a detached CMS
+/// signature over the archive's identity, after the part it signs.
+pub const SIGNATURE: &str = "__znippy_signature__";
 /// Every reserved module name, listed once. Code that gathers data sections skips
 /// these; a writer refuses a manifest row with any other reserved name, and a
 /// reader skips one (docs/format.md, 8.2).
-pub const RESERVED: [&str; 3] = [LOOKUP, TRIE, META];
+pub const RESERVED: [&str; 4] = [LOOKUP, TRIE, META, SIGNATURE];
 
 /// `pkg_type` of the data section written by this crate.
 pub const DEFAULT_PKG_TYPE: i8 = 0;

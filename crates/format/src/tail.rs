@@ -101,11 +101,7 @@ pub(crate) fn write_tail_as(out: &mut dyn Write, tail: Tail<'_>, version: u32) -
         paths,
     } = index?;
 
-    let mut w = Aligned {
-        out,
-        pos: tail.blob_end,
-        hash: blake3::Hasher::new(),
-    };
+    let mut w = Aligned::new(out, tail.blob_end);
     let rows = tail.rows.len() as u64;
     let mut sections = Vec::new();
     if !tail.packages.is_empty() {
@@ -158,14 +154,7 @@ pub(crate) fn write_tail_as(out: &mut dyn Write, tail: Tail<'_>, version: u32) -
         manifest::KEY_BLOB_END.into(),
         format!("{:020}", tail.blob_end),
     );
-    let manifest = manifest::encode(&sections, md, version)?;
-    w.pad()?;
-    let manifest_offset = w.pos;
-    w.write(&manifest)?;
-    let mut footer = [0u8; FOOTER_LEN as usize];
-    footer[..8].copy_from_slice(MAGIC);
-    footer[8..].copy_from_slice(&manifest_offset.to_le_bytes());
-    w.write(&footer)?;
+    let manifest_offset = w.manifest(&sections, md, version)?;
     Ok(TailInfo {
         manifest_offset,
         archive_len: w.pos,
@@ -346,13 +335,41 @@ fn check_tail_nesting(rows: &[SliceRow]) -> Result<()> {
 
 /// A writer that knows its archive offset, pads sections to [`ALIGN`] and
 /// hashes what it writes.
-struct Aligned<'a> {
+pub(crate) struct Aligned<'a> {
     out: &'a mut dyn Write,
-    pos: u64,
+    pub(crate) pos: u64,
     hash: blake3::Hasher,
 }
 
-impl Aligned<'_> {
+impl<'a> Aligned<'a> {
+    /// A writer positioned at archive offset `pos`.
+    pub(crate) fn new(out: &'a mut dyn Write, pos: u64) -> Self {
+        Aligned {
+            out,
+            pos,
+            hash: blake3::Hasher::new(),
+        }
+    }
+
+    /// Ends the archive: the manifest of `sections` with metadata `md`, then
+    /// the footer. Returns the manifest's offset.
+    pub(crate) fn manifest(
+        &mut self,
+        sections: &[SectionEntry],
+        md: HashMap<String, String>,
+        version: u32,
+    ) -> Result<u64> {
+        let manifest = manifest::encode(sections, md, version)?;
+        self.pad()?;
+        let manifest_offset = self.pos;
+        self.write(&manifest)?;
+        let mut footer = [0u8; FOOTER_LEN as usize];
+        footer[..8].copy_from_slice(MAGIC);
+        footer[8..].copy_from_slice(&manifest_offset.to_le_bytes());
+        self.write(&footer)?;
+        Ok(manifest_offset)
+    }
+
     fn write(&mut self, bytes: &[u8]) -> Result<()> {
         self.out
             .write_all(bytes)
@@ -399,7 +416,7 @@ impl Aligned<'_> {
         )
     }
 
-    fn reserved(&mut self, name: &str, bytes: &[u8], rows: u64) -> Result<SectionEntry> {
+    pub(crate) fn reserved(&mut self, name: &str, bytes: &[u8], rows: u64) -> Result<SectionEntry> {
         self.section(schema::RESERVED_PKG_TYPE, "", name, bytes, rows)
     }
 }

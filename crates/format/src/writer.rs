@@ -199,8 +199,6 @@ where
     let mut old_tail = vec![0u8; (old_len - blob_end) as usize];
     crate::ipc::read_at(&file, &mut old_tail, blob_end, "archive tail")?;
     drop(archive);
-    undo::save(path, &file, blob_end, &old_tail)?;
-    crate::failpoint("append.undo-written");
 
     let old = Old {
         live,
@@ -209,12 +207,31 @@ where
         props,
         blob_end,
     };
-    let result = append_after(path, &file, old, batch, update, threads, plugins, progress);
+    with_undo(path, &file, "append", blob_end, &old_tail, || {
+        append_after(path, &file, old, batch, update, threads, plugins, progress)
+    })
+}
+
+/// Runs `work`, an `op` that writes over the old tail `old_tail` of the
+/// archive at `path` (from `blob_end`), with the undo file that takes it
+/// back: saved and synced first, written back if `work` fails, removed once
+/// it has succeeded.
+fn with_undo<T>(
+    path: &Path,
+    file: &File,
+    op: &str,
+    blob_end: u64,
+    old_tail: &[u8],
+    work: impl FnOnce() -> Result<T>,
+) -> Result<T> {
+    undo::save(path, file, blob_end, old_tail)?;
+    crate::failpoint(&format!("{op}.undo-written"));
+    let result = work();
     if result.is_err() {
-        if let Err(e) = undo::put_back(path, &file, blob_end, &old_tail) {
+        if let Err(e) = undo::put_back(path, file, blob_end, old_tail) {
             return Err(Error::io(
                 format!(
-                    "restoring {} after a failed append (`znippy recover` retries from {})",
+                    "restoring {} after a failed {op} (`znippy recover` retries from {})",
                     path.display(),
                     undo::undo_path(path).display()
                 ),
@@ -228,15 +245,53 @@ where
     undo::discard(path).map_err(|e| {
         let undo = undo::undo_path(path);
         let what = format!(
-            "the append to {} is complete, but {} could not be removed: remove it by \
-             hand, or the next append or recover will undo this append",
+            "the {op} of {} is complete, but {} could not be removed: remove it by \
+             hand, or the next append or recover will undo this {op}",
             path.display(),
             undo.display()
         );
         Error::io(what, e)
     })?;
-    crate::failpoint("append.undo-removed");
+    crate::failpoint(&format!("{op}.undo-removed"));
     result
+}
+
+/// Adds `signature`, a signature over [`crate::signed_content`] of
+/// `identity`, to the archive at `path`, after the signatures it has
+/// (docs/format.md, 6.6). Returns how many it has then.
+///
+/// Only what follows the signed part is written, and it is written as an
+/// append is: under the archive's lock, with the undo file that puts it back
+/// if the process dies midway. An archive whose identity is no longer
+/// `identity` (an append came between) is refused with [`Error::Changed`].
+pub fn add_signature(path: &Path, identity: &[u8; 32], signature: Vec<u8>) -> Result<usize> {
+    let file = open_locked(path)?;
+    undo::recover_locked(path, &file)?;
+    let archive = Archive::open(&file)?;
+    if archive.identity()? != *identity {
+        return Err(Error::Changed(path.display().to_string()));
+    }
+    let mut signatures = archive.signatures()?;
+    signatures.push(signature);
+    let suffix = archive.signature_suffix(&signatures)?;
+    let (blob_end, signed_len, old_len) = (
+        archive.blob_end(),
+        archive.signed_len(),
+        archive.archive_len(),
+    );
+    let old_tail = crate::ipc::read_vec(&file, blob_end, old_len - blob_end, "archive tail")?;
+    drop(archive);
+    with_undo(path, &file, "sign", blob_end, &old_tail, || {
+        use std::os::unix::fs::FileExt;
+        file.write_all_at(&suffix, signed_len)
+            .map_err(|e| Error::io("writing the signature", e))?;
+        crate::failpoint("sign.written");
+        file.set_len(signed_len + suffix.len() as u64)
+            .and_then(|_| crate::durable::sync_all(&file, path))
+            .map_err(|e| Error::io("finishing the archive", e))?;
+        crate::failpoint("sign.synced");
+        Ok(signatures.len())
+    })
 }
 
 /// Puts an archive back as it was before an append that did not finish (the

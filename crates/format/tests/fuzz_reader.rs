@@ -249,9 +249,22 @@ fn seeds() -> Vec<(Vec<u8>, Seed)> {
         &mut |_| {},
     )
     .unwrap();
+    // Two signature sections after the signed part (the format stores a
+    // signature's bytes and does not read them).
+    let signed = {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("signed.znippy");
+        std::fs::write(&path, &plain).unwrap();
+        let identity = Archive::open(plain.as_slice()).unwrap().identity().unwrap();
+        for sig in [&b"first signature"[..], &[0x30; 300][..]] {
+            znippy_format::add_signature(&path, &identity, sig.to_vec()).unwrap();
+        }
+        std::fs::read(&path).unwrap()
+    };
     let all: Files = files.iter().cloned().collect();
     let first5: Files = files[..5].iter().cloned().collect();
     [
+        (signed, first5.clone()),
         (with_meta, all.clone()),
         (plain, first5),
         (two_batches, all.clone()),

@@ -314,7 +314,7 @@ fn format_error(e: &znippy_format::Error) -> ApiError {
         F::Io { .. } if out_of_space(e) => {
             ApiError::new(StatusCode::INSUFFICIENT_STORAGE, ErrorCode::NoSpace, msg)
         }
-        F::Io { .. } => ApiError::internal(msg),
+        F::Io { .. } | F::Changed(_) => ApiError::internal(msg),
     }
 }
 
