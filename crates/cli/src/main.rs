@@ -188,15 +188,20 @@ struct RecoverArgs {
 struct SignArgs {
     archive: PathBuf,
     /// The private key (PEM: PKCS #8 or SEC1; ECDSA P-256 or Ed25519).
-    #[arg(long, value_name = "PEM")]
-    key: PathBuf,
+    #[arg(long, value_name = "PEM", required_unless_present = "signature")]
+    key: Option<PathBuf>,
     /// The key's certificate (PEM).
-    #[arg(long, value_name = "PEM")]
-    cert: PathBuf,
+    #[arg(long, value_name = "PEM", required_unless_present = "signature")]
+    cert: Option<PathBuf>,
     /// Intermediate certificates between it and the CA (PEM), carried in
     /// the signature.
     #[arg(long, value_name = "PEM")]
     chain: Option<PathBuf>,
+    /// Add this signature (DER CMS, made elsewhere, e.g. by `openssl cms
+    /// -sign -binary` over what `znippy identity` writes) instead of
+    /// signing; it must sign this archive's identity.
+    #[arg(long, value_name = "DER", conflicts_with_all = ["key", "cert", "chain"])]
+    signature: Option<PathBuf>,
 }
 
 /// How directories are read.
@@ -420,17 +425,33 @@ fn sign(args: SignArgs) -> Result<()> {
         key,
         cert,
         chain,
+        signature,
     } = args;
-    let signer = znippy_sign::Signer::from_files(&key, &cert, chain.as_deref())?;
     let identity = open(&archive)?.identity()?;
-    let signature = signer.sign(&znippy_format::signed_content(&identity))?;
+    let content = znippy_format::signed_content(&identity);
+    let (signature, signer) = match (signature, key, cert) {
+        (Some(path), _, _) => {
+            let der =
+                std::fs::read(&path).with_context(|| format!("reading {}", path.display()))?;
+            let signers = znippy_sign::verify(&der, &content, None, std::time::SystemTime::now())
+                .with_context(|| {
+                format!("{} does not sign {}", path.display(), archive.display())
+            })?;
+            let names: Vec<String> = signers.into_iter().map(|s| s.signer).collect();
+            (der, names.join(", "))
+        }
+        (None, Some(key), Some(cert)) => {
+            let signer = znippy_sign::Signer::from_files(&key, &cert, chain.as_deref())?;
+            (signer.sign(&content)?, signer.subject())
+        }
+        _ => bail!("give --key and --cert, or --signature"),
+    };
     let n = znippy_format::add_signature(&archive, &identity, signature)
         .with_context(|| format!("signing {}", archive.display()))?;
     writeln!(
         std::io::stdout(),
-        "{}: signed by {} (signature {n})",
-        archive.display(),
-        signer.subject()
+        "{}: signed by {signer} (signature {n})",
+        archive.display()
     )?;
     Ok(())
 }

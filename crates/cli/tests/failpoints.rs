@@ -464,6 +464,95 @@ fn native_append_undo_removed() {
     native_append_dies_at("append.undo-removed", true);
 }
 
+/// Dies at `point` in `znippy sign`: afterwards the archive is as it was
+/// before, byte for byte, or signed; never half signed.
+fn sign_dies_at(point: &str, signed: bool) {
+    let tmp = tempfile::tempdir().unwrap();
+    let keys = tmp.path().join("keys");
+    std::fs::create_dir(&keys).unwrap();
+    let openssl = |args: &[&str]| {
+        let out = Command::new("openssl")
+            .args(args)
+            .current_dir(&keys)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    openssl(&[
+        "req",
+        "-x509",
+        "-newkey",
+        "ec",
+        "-pkeyopt",
+        "ec_paramgen_curve:P-256",
+        "-nodes",
+        "-keyout",
+        "k.pem",
+        "-out",
+        "c.pem",
+        "-days",
+        "2",
+        "-subj",
+        "/CN=signer",
+    ]);
+    let (key, cert) = (keys.join("k.pem"), keys.join("c.pem"));
+    let shadow = tmp.path().join("shadow");
+    let power = Crash::Power {
+        shadow: &shadow,
+        kept: Some("znippy"),
+        unsynced: None,
+    };
+    for (crash, root) in [(Crash::Process, "process"), (power, "power")] {
+        let root = tmp.path().join(root);
+        let (b0, _) = batch(&root, 0);
+        let dir = root.join("archive");
+        std::fs::create_dir(&dir).unwrap();
+        let arc = dir.join("a.znippy");
+        ok(&["compress", s(&b0), "-o", s(&arc), "--threads", "2"]);
+        if let Crash::Power { shadow, .. } = crash {
+            znippy_format::powerloss::settle(shadow, &dir).unwrap();
+        }
+        let before = sha(&arc);
+        die_at(
+            crash,
+            point,
+            &["sign", s(&arc), "--key", s(&key), "--cert", s(&cert)],
+        );
+        crash.aftermath(&dir);
+        ok(&["recover", s(&arc)]);
+        ok(&["verify", s(&arc)]);
+        let info = String::from_utf8(znippy(&["info", s(&arc)]).stdout).unwrap();
+        assert_eq!(info.contains("signatures     1,"), signed, "{info}");
+        if !signed {
+            assert_eq!(sha(&arc), before);
+        }
+    }
+}
+
+#[test]
+fn sign_undo_written() {
+    sign_dies_at("sign.undo-written", false);
+}
+
+#[test]
+fn sign_written() {
+    sign_dies_at("sign.written", false);
+}
+
+#[test]
+fn sign_synced() {
+    sign_dies_at("sign.synced", false);
+}
+
+#[test]
+fn sign_undo_removed() {
+    sign_dies_at("sign.undo-removed", true);
+}
+
 /// Creates the live archive `a` under `root/data`, appends one batch, and
 /// cuts the power with the syncs of paths containing `unsynced` left out.
 /// Returns the data directory as the machine finds it.
