@@ -172,7 +172,7 @@ async fn seal_bench(store: &Store) -> Result<()> {
                     .await?;
             }
             let t = Instant::now();
-            let r = znippy_seal::seal(store, &id).await?;
+            let r = znippy_seal::seal(store, &id, None).await?;
             println!(
                 "| {id} | {label} | {}% | {:.1} ms | {} | {} ({}) | {} |",
                 deleted / 10,

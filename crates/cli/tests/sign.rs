@@ -228,3 +228,115 @@ fn a_signature_made_by_openssl_is_added_and_accepted() {
     let out = znippy(&["verify", s(&unsigned), "--ca", s(&pki.path("ca.pem"))]);
     assert!(String::from_utf8_lossy(&out.stderr).contains("not signed"));
 }
+
+/// `curl` against the service; returns the status and body.
+fn curl(args: &[&str]) -> (u16, Vec<u8>) {
+    let out = Command::new("curl")
+        .args(["-s", "-w", "\n%{http_code}"])
+        .args(args)
+        .output()
+        .unwrap();
+    let mut body = out.stdout;
+    let at = body.iter().rposition(|&b| b == b'\n').unwrap();
+    let status = std::str::from_utf8(&body[at + 1..])
+        .unwrap()
+        .parse()
+        .unwrap();
+    body.truncate(at);
+    (status, body)
+}
+
+#[test]
+fn the_service_signs_its_seals() {
+    use std::io::BufRead;
+    let pki = Pki::new();
+    let (key, cert) = (pki.path("p256.key"), pki.path("p256.pem"));
+    let data = pki.path("data");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_znippy"))
+        .args([
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--threads",
+            "2",
+            "--data",
+            s(&data),
+        ])
+        .args(["--sign-key", s(&key), "--sign-cert", s(&cert)])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    std::io::BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let base = line
+        .trim()
+        .strip_prefix("listening on ")
+        .unwrap()
+        .to_string();
+    let url = |p: &str| format!("{base}{p}");
+    for id in ["a", "b"] {
+        let (st, _) = curl(&[
+            "-X",
+            "POST",
+            &url("/archives"),
+            "-d",
+            &format!(r#"{{"id":"{id}"}}"#),
+        ]);
+        assert_eq!(st, 201);
+        for i in 0..5 {
+            let (st, _) = curl(&[
+                "-X",
+                "PUT",
+                &url(&format!("/archives/{id}/files/f{i}")),
+                "--data-binary",
+                &format!("file {i}"),
+            ]);
+            assert_eq!(st, 200);
+        }
+    }
+    // A replaced file: this seal re-packs; the other is in place.
+    let (st, _) = curl(&[
+        "-X",
+        "PUT",
+        &url("/archives/b/files/f1"),
+        "--data-binary",
+        "again",
+    ]);
+    assert_eq!(st, 200, "a replaced file");
+    let (st, _) = curl(&[&url("/archives/a/archive.znippy.sig")]);
+    assert_eq!(st, 409, "a live archive has no signature yet");
+    for id in ["a", "b"] {
+        let (st, body) = curl(&["-X", "POST", &url(&format!("/archives/{id}/seal"))]);
+        let receipt = String::from_utf8(body).unwrap();
+        assert_eq!(st, 200, "{receipt}");
+        assert!(
+            receipt.contains(r#""signer":"CN=p256 signer""#),
+            "{receipt}"
+        );
+        assert!(receipt.contains(&format!(
+            r#""signature":"/archives/{id}/archive.znippy.sig""#
+        )));
+
+        // The signature the route serves, over the identity read remotely,
+        // by range requests, is one openssl accepts.
+        let remote = url(&format!("/archives/{id}/archive.znippy"));
+        let content = succeeds(&["identity", &remote]);
+        let (st, sig) = curl(&[&url(&format!("/archives/{id}/archive.znippy.sig"))]);
+        assert_eq!(st, 200);
+        assert!(pki.openssl_accepts(&sig, content.as_bytes()), "{id}");
+        let local = pki.path(&format!("{id}.znippy"));
+        let (st, bytes) = curl(&[&remote]);
+        assert_eq!(st, 200);
+        std::fs::write(&local, bytes).unwrap();
+        let out = succeeds(&["verify", s(&local), "--ca", s(&pki.path("ca.pem"))]);
+        assert!(out.contains("signed by CN=p256 signer"), "{out}");
+        let remote_sig = pki.path("remote.der");
+        succeeds(&["signature", &remote, "-o", s(&remote_sig)]);
+        assert_eq!(std::fs::read(&remote_sig).unwrap(), sig);
+    }
+    child.kill().unwrap();
+    child.wait().unwrap();
+}

@@ -82,6 +82,9 @@ pub enum Error {
     /// between reading its identity and adding the signature.
     #[error("{0} changed while it was being signed: sign it again")]
     Changed(String),
+    /// A signature could not be made (the signer's own error).
+    #[error("signing: {0}")]
+    Signing(String),
 }
 
 impl Error {

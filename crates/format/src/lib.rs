@@ -129,7 +129,7 @@ pub use schema::{
     SMALL_BATCH_ROWS, TRIE, VERSION_KEY,
 };
 pub use signature::{signed_content, MAX_SIGNATURES, MAX_SIGNATURE_LEN};
-pub use tail::{write_tail, Tail, TailInfo, ALIGN, FOOTER_LEN, MAGIC};
+pub use tail::{write_signed_tail, write_tail, Tail, TailInfo, ALIGN, FOOTER_LEN, MAGIC};
 pub use tar::{TarEntries, MAX_TAR_EXTENSION};
 pub use undo::{undo_path, Recovery};
 pub use writer::{

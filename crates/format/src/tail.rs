@@ -61,11 +61,39 @@ pub struct TailInfo {
 /// An archive with package sections is version 6; one without is version 5,
 /// byte for byte what a version-5 writer made of it.
 pub fn write_tail(out: &mut dyn Write, tail: Tail<'_>) -> Result<TailInfo> {
-    let version = match tail.packages.is_empty() {
+    write_tail_as(out, tail, version_of(&tail)).map(|(info, _)| info)
+}
+
+fn version_of(tail: &Tail<'_>) -> u32 {
+    match tail.packages.is_empty() {
         true => PLAIN_VERSION,
         false => FORMAT_VERSION,
-    };
-    write_tail_as(out, tail, version)
+    }
+}
+
+/// [`write_tail`], then a signature section holding what `sign` makes of
+/// the tail's [`crate::signed_content`] (docs/format.md, 6.6): the archive
+/// a seal publishes signed, in the same pass. `archive_len` in the result
+/// is the signed archive's.
+pub fn write_signed_tail(
+    out: &mut dyn Write,
+    tail: Tail<'_>,
+    sign: &dyn Fn(&[u8]) -> Result<Vec<u8>>,
+) -> Result<TailInfo> {
+    let version = version_of(&tail);
+    let (info, manifest) = write_tail_as(out, tail, version)?;
+    let signature = sign(&crate::signed_content(&info.identity))?;
+    let archive_len = crate::signature::write_signatures(
+        out,
+        &manifest,
+        info.archive_len,
+        version,
+        &[signature],
+    )?;
+    Ok(TailInfo {
+        archive_len,
+        ..info
+    })
 }
 
 /// The lookup's batch size before version 3, whose batches are compressed.
@@ -78,7 +106,12 @@ const LOOKUP_BATCH_ROWS_BEFORE_V3: usize = 1_024;
 /// data sub-index comes first, in batches of 65,536 rows, the lookup repeats
 /// every base column, and the trie names lookup rows. Before version 5 the
 /// trie is one map.
-pub(crate) fn write_tail_as(out: &mut dyn Write, tail: Tail<'_>, version: u32) -> Result<TailInfo> {
+/// Returns also the manifest it wrote, which a signature repeats.
+pub(crate) fn write_tail_as(
+    out: &mut dyn Write,
+    tail: Tail<'_>,
+    version: u32,
+) -> Result<(TailInfo, manifest::Read)> {
     // The checks and the data sub-index need nothing from the lookup and the
     // trie: they are made side by side, on the cores the compression pool
     // has just left, and nothing is written until both are done. The bytes
@@ -154,12 +187,18 @@ pub(crate) fn write_tail_as(out: &mut dyn Write, tail: Tail<'_>, version: u32) -
         manifest::KEY_BLOB_END.into(),
         format!("{:020}", tail.blob_end),
     );
-    let manifest_offset = w.manifest(&sections, md, version)?;
-    Ok(TailInfo {
+    let manifest_offset = w.manifest(&sections, md.clone(), version)?;
+    let info = TailInfo {
         manifest_offset,
         archive_len: w.pos,
         identity: *w.hash.finalize().as_bytes(),
-    })
+    };
+    let manifest = manifest::Read {
+        sections,
+        md,
+        offset: manifest_offset,
+    };
+    Ok((info, manifest))
 }
 
 /// Each file's first data row and length, for the package sections.

@@ -322,8 +322,15 @@ pub(crate) struct SealReceipt {
     blobs_rebuilt: u64,
     /// Of those, the ones compressed again.
     codec_runs: u64,
-    /// Tail bytes written.
+    /// Tail bytes written (the signature's included).
     tail_bytes: u64,
+    /// Who signed it (the signing certificate's subject), when the service signs seals
+    /// (`--sign-key`); absent when it is not signed.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    signer: Option<String>,
+    /// /archives/{id}/archive.znippy.sig: the signature (DER CMS), when it is signed.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    signature: Option<String>,
     /// /archives/{id}/archive.znippy
     download: String,
     /// /archives/{id}/archive.znippy.sha256: the whole file's SHA-256, which the seal does
@@ -355,9 +362,15 @@ pub(crate) async fn seal(
 ) -> Result<Json<SealReceipt>, ApiError> {
     // On its own task: a client that hangs up does not cut a seal short.
     let store = app.store.clone();
+    let signer = app.config.signer.clone();
     let task = tokio::spawn(async move {
-        let r = znippy_seal::seal(&store, &id).await?;
+        let r = znippy_seal::seal(&store, &id, signer).await?;
         Ok::<_, ApiError>(SealReceipt {
+            signature: r
+                .signer
+                .is_some()
+                .then(|| format!("/archives/{id}/archive.znippy.sig")),
+            signer: r.signer,
             size: r.size,
             identity: hex(&r.identity),
             in_place: r.in_place,
@@ -496,6 +509,55 @@ pub(crate) async fn sha256(
     };
     let line = format!("{}  {id}.znippy\n", hex(&sum));
     Ok(([(header::CONTENT_TYPE, "text/plain; charset=utf-8")], line).into_response())
+}
+
+/// The sealed archive's signature (DER CMS)
+///
+/// A detached CMS SignedData over the line naming the archive's identity (docs/format.md,
+/// 6.6), read from the archive's signature section: with that line (`znippy identity`),
+/// `openssl cms -verify -binary -inform DER -in archive.znippy.sig -content content.bin
+/// -CAfile ca.pem -purpose any` checks it. A service started with `--sign-key` signs every
+/// seal; an archive signed several times answers its first signature.
+#[utoipa::path(
+    get, path = "/archives/{id}/archive.znippy.sig", tag = "archives",
+    operation_id = "archiveSignature",
+    params(ArchiveId),
+    security((), ("bearer" = [])),
+    responses(
+        (status = 200, description = "The signature, DER.", body = Vec<u8>,
+            content_type = "application/pkcs7-signature"),
+        (status = 400, response = openapi::BadId),
+        (status = 401, response = openapi::Unauthorized),
+        (status = 403, response = openapi::Forbidden),
+        (status = 404, description = "no_archive, or not_signed: the sealed archive has no \
+            signature.", body = crate::error::ErrorBody),
+        (status = 409, description = "not_sealed: the archive is live; seal it first.",
+            body = crate::error::ErrorBody),
+        (status = 500, response = openapi::Internal),
+    ),
+)]
+pub(crate) async fn signature(
+    State(app): State<AppState>,
+    ApiPath(id): ApiPath<String>,
+) -> Result<Response, ApiError> {
+    let (sealed, _) = open_sealed(&app, &id).await?;
+    let signatures = tokio::task::spawn_blocking(move || {
+        znippy_format::Archive::open(&*sealed.source)?.signatures()
+    })
+    .await
+    .map_err(|e| ApiError::internal(format!("signature task: {e}")))??;
+    let Some(first) = signatures.into_iter().next() else {
+        return Err(ApiError::new(
+            StatusCode::NOT_FOUND,
+            ErrorCode::NotSigned,
+            format!("archive {id:?} is sealed without a signature"),
+        ));
+    };
+    Ok((
+        [(header::CONTENT_TYPE, "application/pkcs7-signature")],
+        first,
+    )
+        .into_response())
 }
 
 /// SHA-256 of the first `len` bytes of `source`, read in pieces of at most

@@ -71,6 +71,8 @@ error_codes! {
     NoFile => "no_file",
     /// No route matches the path (404).
     NoRoute => "no_route",
+    /// A sealed archive without a signature, asked for its signature (404).
+    NotSigned => "not_signed",
     /// The route does not take this method (405).
     BadMethod => "bad_method",
     /// A request body that brought too few bytes within the body timeout (408).
@@ -314,7 +316,7 @@ fn format_error(e: &znippy_format::Error) -> ApiError {
         F::Io { .. } if out_of_space(e) => {
             ApiError::new(StatusCode::INSUFFICIENT_STORAGE, ErrorCode::NoSpace, msg)
         }
-        F::Io { .. } | F::Changed(_) => ApiError::internal(msg),
+        F::Io { .. } | F::Changed(_) | F::Signing(_) => ApiError::internal(msg),
     }
 }
 

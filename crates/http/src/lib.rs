@@ -96,6 +96,8 @@ pub struct Config {
     pub presign: bool,
     /// Allow listening beyond loopback without a token.
     pub insecure_open: bool,
+    /// Signs every seal (docs/format.md, 6.6); `None` seals unsigned.
+    pub signer: Option<Arc<znippy_sign::Signer>>,
     /// Largest request body accepted, in bytes.
     pub max_body: u64,
     /// Compression workers per append.
@@ -138,6 +140,7 @@ impl Default for Config {
             private_reads: false,
             presign: false,
             insecure_open: false,
+            signer: None,
             max_body: DEFAULT_MAX_BODY,
             threads,
             engine_memory: StoreOptions::new(threads).engine_memory,
@@ -199,6 +202,7 @@ fn routes() -> (Router<AppState>, Router<AppState>, String) {
         .routes(routes!(archives::seal))
         .routes(routes!(archives::download, archives::head_download))
         .routes(routes!(archives::sha256))
+        .routes(routes!(archives::signature))
         .split_for_parts();
     let (open, open_doc) = OpenApiRouter::new()
         .routes(routes!(console::index))

@@ -28,8 +28,10 @@
 //! again, and finds the archive grown or sealed.
 
 use std::io::Write;
+use std::sync::Arc;
 
 use znippy_format::{repack, Archive, RepackStats, SliceRow, Tail, TailInfo};
+use znippy_sign::Signer;
 use znippy_store::{SealPlan, SealedAt, SealedFile, Store, StoreError};
 
 /// Seals begun again after another node committed first, before giving up.
@@ -73,20 +75,29 @@ pub struct SealReceipt {
     pub in_place: bool,
     /// What the re-pack did (all zero in place).
     pub repack: RepackStats,
-    /// Tail bytes written.
+    /// Tail bytes written (the signature's included).
     pub tail_bytes: u64,
+    /// Who signed it (the first signature's signer), if it is signed.
+    pub signer: Option<String>,
 }
 
-/// Seals archive `id` of `store`. Appends and deletes wait while it runs and are
+/// Seals archive `id` of `store`, signed by `signer` if given (a detached
+/// CMS signature over its identity, docs/format.md 6.6, written after the
+/// tail in the same pass). Appends and deletes wait while it runs and are
 /// refused afterwards.
-pub async fn seal(store: &Store, id: &str) -> Result<SealReceipt, SealError> {
+pub async fn seal(
+    store: &Store,
+    id: &str,
+    signer: Option<Arc<Signer>>,
+) -> Result<SealReceipt, SealError> {
     let mut lost = 0;
     loop {
         let (guard, plan) = store.begin_seal(id).await?;
+        let signer = signer.clone();
         let (plan, written) = tokio::task::spawn_blocking(move || {
             let written = match plan.already.clone() {
                 Some(done) => sealed_receipt(&plan, done).map(|r| (r, false)),
-                None => write_sealed(&plan).map(|r| (r, true)),
+                None => write_sealed(&plan, signer.as_deref()).map(|r| (r, true)),
             };
             (plan, written)
         })
@@ -110,7 +121,12 @@ pub async fn seal(store: &Store, id: &str) -> Result<SealReceipt, SealError> {
 /// The receipt of an archive sealed earlier, read from its tail.
 fn sealed_receipt(plan: &SealPlan, done: SealedFile) -> Result<SealReceipt, SealError> {
     let archive = Archive::open(plan.blobs())?;
+    let signer = match archive.signatures()?.first() {
+        Some(der) => Some(signer_of(der, &archive.identity()?)?),
+        None => None,
+    };
     Ok(SealReceipt {
+        signer,
         identity: archive.identity()?,
         in_place: plan.is_in_place(&done),
         repack: RepackStats::default(),
@@ -129,11 +145,27 @@ fn one_shot_rows(plan: &SealPlan) -> Vec<SliceRow> {
     rows
 }
 
-fn write_sealed(plan: &SealPlan) -> Result<SealReceipt, SealError> {
+/// The signer a signature over `identity` names, checked against its own
+/// certificate.
+fn signer_of(der: &[u8], identity: &[u8; 32]) -> Result<String, SealError> {
+    let content = znippy_format::signed_content(identity);
+    let signed = znippy_sign::verify(der, &content, None, std::time::SystemTime::now())
+        .map_err(|e| znippy_format::Error::Signing(e.to_string()))?;
+    Ok(signed
+        .into_iter()
+        .map(|s| s.signer)
+        .collect::<Vec<_>>()
+        .join(", "))
+}
+
+fn write_sealed(plan: &SealPlan, signer: Option<&Signer>) -> Result<SealReceipt, SealError> {
+    let name = signer.map(Signer::subject);
     if plan.in_place {
         let rows = one_shot_rows(plan);
-        let (done, info) = plan.seal_in_place(|out| write_tail(out, plan, plan.blob_end, &rows))?;
+        let (done, info) =
+            plan.seal_in_place(|out| write_tail(out, plan, plan.blob_end, &rows, signer))?;
         return Ok(SealReceipt {
+            signer: name,
             size: done.len,
             at: done.at,
             identity: info.identity,
@@ -151,9 +183,10 @@ fn write_sealed(plan: &SealPlan) -> Result<SealReceipt, SealError> {
         &plan.batches,
         &mut out,
     )?;
-    let info = write_tail(&mut out, plan, stats.blob_end, &rows)?;
+    let info = write_tail(&mut out, plan, stats.blob_end, &rows, signer)?;
     let done = out.finish()?;
     Ok(SealReceipt {
+        signer: name,
         at: done.at,
         size: info.archive_len,
         identity: info.identity,
@@ -168,17 +201,23 @@ fn write_tail(
     plan: &SealPlan,
     blob_end: u64,
     rows: &[SliceRow],
+    signer: Option<&Signer>,
 ) -> Result<TailInfo, SealError> {
-    let info = znippy_format::write_tail(
-        out,
-        Tail {
-            props: plan.props,
-            blob_end,
-            rows,
-            meta: &plan.meta,
-            packages: &plan.packages,
-        },
-    )?;
+    let tail = Tail {
+        props: plan.props,
+        blob_end,
+        rows,
+        meta: &plan.meta,
+        packages: &plan.packages,
+    };
+    let info = match signer {
+        None => znippy_format::write_tail(out, tail)?,
+        Some(signer) => znippy_format::write_signed_tail(out, tail, &|content| {
+            signer
+                .sign(content)
+                .map_err(|e| znippy_format::Error::Signing(e.to_string()))
+        })?,
+    };
     out.flush().map_err(io("writing the tail"))?;
     Ok(info)
 }

@@ -174,7 +174,7 @@ async fn every_history_seals_to_the_cli_bytes_with_no_dead_byte() {
         let expected = cli_reference(tmp.path(), props(), &case.steps);
         let store = play(tmp.path(), props(), &case.steps).await;
         let before = codec_calls();
-        let r = seal(&store, "a").await.unwrap();
+        let r = seal(&store, "a", None).await.unwrap();
         assert_eq!(
             codec_calls() - before,
             r.repack.codec_runs,

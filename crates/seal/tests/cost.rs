@@ -61,7 +61,7 @@ async fn sealed_costs(scale: usize) -> (u64, u64, u64, u64) {
     let blob_end = store.info("a").await.unwrap().bytes_stored;
     let codec = codec_calls();
     let (r0, w0, own) = io_counters();
-    let receipt = seal(&store, "a").await.unwrap();
+    let receipt = seal(&store, "a", None).await.unwrap();
     let (r1, w1, _) = io_counters();
     assert_eq!(codec_calls(), codec, "seal never calls the codec");
     assert!(receipt.in_place);

@@ -91,7 +91,7 @@ async fn random_histories_seal_to_the_cli_bytes() {
         let tmp = tempfile::tempdir().unwrap();
         let expected = cli_reference(tmp.path(), props, &steps);
         let store = play(tmp.path(), props, &steps).await;
-        let r = seal(&store, "a").await.unwrap();
+        let r = seal(&store, "a", None).await.unwrap();
         let sealed = std::fs::read(r.at.file().unwrap()).unwrap();
         assert!(
             Sha256::digest(&sealed) == Sha256::digest(&expected),

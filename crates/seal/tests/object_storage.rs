@@ -111,8 +111,8 @@ async fn a_seal_on_object_storage_is_the_canonical_archive() {
         play_on(&local, id, props(), &steps).await;
         let reference = cli_reference(tmp.path(), props(), &steps);
 
-        let embedded = seal(&local, id).await.unwrap();
-        let r = seal(&nodes[0], id).await.unwrap();
+        let embedded = seal(&local, id, None).await.unwrap();
+        let r = seal(&nodes[0], id, None).await.unwrap();
         assert!(!r.in_place, "{id}: a segment takes no tail");
         if id == "clean" {
             assert_eq!(
@@ -138,8 +138,8 @@ async fn a_seal_on_object_storage_is_the_canonical_archive() {
         assert_eq!((r.size, r.identity), (embedded.size, embedded.identity));
 
         // Sealed once: again, or from the other node, the same object.
-        assert_eq!(seal(&nodes[0], id).await.unwrap().at, r.at);
-        let other = seal(&nodes[1], id).await.unwrap();
+        assert_eq!(seal(&nodes[0], id, None).await.unwrap().at, r.at);
+        let other = seal(&nodes[1], id, None).await.unwrap();
         assert_eq!((other.at, other.identity), (r.at.clone(), r.identity));
         assert_eq!(objects(&remote, id).await.1.len(), 1);
 
@@ -196,7 +196,7 @@ async fn seals_race_on_a_shared_catalog() {
     let nodes = [node(&remote).await, node(&remote).await];
     let steps = vec![append_of(&[("a", text(1, 90_000)), ("b", text(2, 5000))])];
     play_on(&nodes[0], "race", props(), &steps).await;
-    let (one, two) = tokio::join!(seal(&nodes[0], "race"), seal(&nodes[1], "race"));
+    let (one, two) = tokio::join!(seal(&nodes[0], "race", None), seal(&nodes[1], "race", None));
     let (one, two) = (one.unwrap(), two.unwrap());
     assert_eq!((&one.at, one.identity), (&two.at, two.identity));
     assert_eq!(
@@ -221,7 +221,7 @@ async fn seals_race_on_a_shared_catalog() {
         .append("late", Vec::new(), Some(facts))
         .await
         .unwrap();
-    seal(&nodes[0], "late").await.unwrap();
+    seal(&nodes[0], "late", None).await.unwrap();
     // Node 1 learns of the seal on a read of a file, and of node 0's facts
     // with it: they are final.
     let mut c = Vec::new();

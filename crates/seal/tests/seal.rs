@@ -82,7 +82,7 @@ async fn in_place_seal_equals_one_shot_compress() {
     }
     let store = Store::open(tmp.path(), 2).await.unwrap();
     store.append("a", inputs(&b), None).await.unwrap();
-    let r = seal(&store, "a").await.unwrap();
+    let r = seal(&store, "a", None).await.unwrap();
     assert!(r.in_place);
     assert_eq!(r.repack, znippy_format::RepackStats::default());
     let expected = one_shot(&[batch_a(), b.clone()], &Metadata::Present(meta));
@@ -117,7 +117,7 @@ async fn repacked_seal_after_replace_and_delete_equals_one_shot_of_the_live_file
     let b: Batch = vec![("big1", text(9, 120_000)), ("z", text(8, 70_000))];
     store.append("a", inputs(&b), None).await.unwrap();
     store.delete_file("a", "big2").await.unwrap();
-    let r = seal(&store, "a").await.unwrap();
+    let r = seal(&store, "a", None).await.unwrap();
     assert!(!r.in_place, "dead rows force a re-pack");
     let live_a: Batch = batch_a()
         .into_iter()
@@ -155,9 +155,9 @@ async fn a_sealed_archive_is_immutable_and_sealing_again_is_the_same() {
             .await
             .unwrap();
         store.append(id, inputs(&batch_a()), None).await.unwrap();
-        let first = seal(&store, id).await.unwrap();
+        let first = seal(&store, id, None).await.unwrap();
         assert_eq!(
-            seal(&store, id).await.unwrap(),
+            seal(&store, id, None).await.unwrap(),
             first,
             "a second seal returns the same result"
         );
@@ -217,7 +217,7 @@ async fn a_seal_cut_short_is_redone_with_the_same_bytes() {
     std::fs::write(&sidecar, partial).unwrap();
     let store = Store::open(tmp.path(), 2).await.unwrap();
     assert_eq!(store.info("a").await.unwrap().state, State::Live);
-    let r = seal(&store, "a").await.unwrap();
+    let r = seal(&store, "a", None).await.unwrap();
     assert_eq!(std::fs::read(r.at.file().unwrap()).unwrap(), expected);
 }
 
@@ -259,7 +259,7 @@ async fn a_repack_cut_short_is_redone_with_the_same_bytes() {
         text(3, 3000),
         "the live archive reads from its sidecar"
     );
-    let r = seal(&store, "a").await.unwrap();
+    let r = seal(&store, "a", None).await.unwrap();
     assert!(!r.in_place);
     assert_eq!(std::fs::read(r.at.file().unwrap()).unwrap(), expected);
     assert!(!sealed.join("a.znippy.partial").exists());

@@ -114,7 +114,7 @@ async fn lifecycle_in_one_process() {
     let store = Store::open(tmp.path(), 2).await.unwrap();
     store.append("a", inputs(&batch_b()), None).await.unwrap();
     store.delete_file("a", DELETED).await.unwrap();
-    let r = znippy_seal::seal(&store, "a").await.unwrap();
+    let r = znippy_seal::seal(&store, "a", None).await.unwrap();
     check_sealed(r.at.file().unwrap());
 }
 

@@ -89,7 +89,7 @@ fn runtime() -> Result<tokio::runtime::Runtime> {
 pub fn seal(data: PathBuf, id: &str, output: Option<&std::path::Path>) -> Result<()> {
     runtime()?.block_on(async move {
         let store = open_store(&data, 1).await?;
-        let r = znippy_seal::seal(&store, id).await;
+        let r = znippy_seal::seal(&store, id, None).await;
         store.close().await;
         let r = r?;
         if let Some(out) = output {

@@ -44,7 +44,7 @@ enum Cmd {
         cmd: live::LiveCmd,
     },
     /// Run the HTTP service on a data directory (or a REST catalog and S3).
-    Serve(serve::ServeArgs),
+    Serve(Box<serve::ServeArgs>),
     /// Remove the blob segments no committed row names, on object storage.
     Gc(gc::GcArgs),
     /// A read command on a remote archive (`znippy list|get|verify|info|meta
@@ -83,7 +83,7 @@ fn run(cmd: Cmd) -> Result<ExitCode> {
             threads: t,
             cmd,
         } => live::run(data, threads(t), cmd),
-        Cmd::Serve(args) => serve::run(args).map(|()| ExitCode::SUCCESS),
+        Cmd::Serve(args) => serve::run(*args).map(|()| ExitCode::SUCCESS),
         Cmd::Gc(args) => gc::run(args).map(|()| ExitCode::SUCCESS),
         Cmd::Read(cmd) => remote::run(&cmd),
         Cmd::Seal { data, id, output } => {

@@ -31,6 +31,31 @@ pub struct ServeArgs {
     /// Allow listening beyond loopback without a token.
     #[arg(long)]
     insecure_open: bool,
+    /// Sign every seal with this private key (PEM, ECDSA P-256 or Ed25519):
+    /// a detached CMS signature over the sealed archive's identity.
+    #[arg(
+        long,
+        env = "ZNIPPY_SIGN_KEY",
+        value_name = "PEM",
+        requires = "sign_cert"
+    )]
+    sign_key: Option<PathBuf>,
+    /// The signing key's certificate (PEM).
+    #[arg(
+        long,
+        env = "ZNIPPY_SIGN_CERT",
+        value_name = "PEM",
+        requires = "sign_key"
+    )]
+    sign_cert: Option<PathBuf>,
+    /// Intermediate certificates the signatures carry (PEM).
+    #[arg(
+        long,
+        env = "ZNIPPY_SIGN_CHAIN",
+        value_name = "PEM",
+        requires = "sign_key"
+    )]
+    sign_chain: Option<PathBuf>,
     /// Largest request body, in bytes.
     // A constant, not Config::default(): clap builds every subcommand's
     // defaults on each run, and Config::default() counts the cores.
@@ -143,7 +168,15 @@ pub fn run(args: ServeArgs) -> Result<()> {
         .init();
     let threads = args.threads.unwrap_or(Config::default().threads).max(1);
     let remote = args.remote.remote()?;
+    let signer = match (&args.sign_key, &args.sign_cert) {
+        (Some(key), Some(cert)) => Some(std::sync::Arc::new(
+            znippy_sign::Signer::from_files(key, cert, args.sign_chain.as_deref())
+                .context("--sign-key and --sign-cert")?,
+        )),
+        _ => None,
+    };
     let config = Config {
+        signer,
         remote,
         data: args.data,
         listen: args.listen,
