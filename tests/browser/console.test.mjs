@@ -6,7 +6,7 @@
 
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { spawn } from 'node:child_process';
+import { execFileSync, spawn } from 'node:child_process';
 import { createHash } from 'node:crypto';
 import { mkdtempSync, mkdirSync, writeFileSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -44,7 +44,11 @@ async function serve(name, flags) {
 before(async () => {
   tmp = mkdtempSync(join(tmpdir(), 'znippy-console-'));
   mkdirSync(SHOTS, { recursive: true });
-  base = await serve('data', []);
+  // The service signs its seals, with a key and certificate openssl makes.
+  execFileSync('openssl', ['req', '-x509', '-newkey', 'ec', '-pkeyopt', 'ec_paramgen_curve:P-256',
+    '-nodes', '-keyout', join(tmp, 'sign.key'), '-out', join(tmp, 'sign.pem'), '-days', '2',
+    '-subj', '/CN=console signer'], { stdio: 'ignore' });
+  base = await serve('data', ['--sign-key', join(tmp, 'sign.key'), '--sign-cert', join(tmp, 'sign.pem')]);
   browser = await chromium.launch({ executablePath: process.env.CHROMIUM || '/usr/bin/chromium', args: CHROMIUM_ARGS });
 });
 
@@ -213,6 +217,8 @@ test('create, upload a folder, browse, preview, search, delete, seal and downloa
   await page.getByRole('button', { name: 'Seal…' }).click();
   await page.locator('#seal-sha256').filter({ hasText: /^[0-9a-f]{64}$/ }).waitFor();
   const shown = await page.locator('#seal-sha256').textContent();
+  await page.locator('#seal-signer', { hasText: 'by CN=console signer' })
+    .getByRole('link', { name: 'signature (DER CMS)' }).waitFor();
   await page.screenshot({ path: join(SHOTS, 'sealed.png'), fullPage: true });
   const [download] = await Promise.all([
     page.waitForEvent('download'),

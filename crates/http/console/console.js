@@ -315,6 +315,9 @@ async function seal(id) {
           h('dt', {}, 'Size'), h('dd', {}, `${bytes(r.size)} (${count(r.size)} bytes)`),
           h('dt', {}, 'SHA-256'), h('dd', {}, sha),
           h('dt', {}, 'Identity'), h('dd', {}, h('code', {}, r.identity)),
+          h('dt', {}, 'Signed'), h('dd', { id: 'seal-signer' }, r.signer
+            ? [`by ${r.signer} `, downloadLink(r.signature, `${id}.znippy.sig`, 'signature (DER CMS)')]
+            : 'no: the service signs seals when started with --sign-key'),
           h('dt', {}, 'Written'), h('dd', {}, r.in_place ? `in place: a tail of ${bytes(r.tail_bytes)}` : `re-packed: ${count(r.blobs_copied)} blobs copied, ${count(r.blobs_rebuilt)} rebuilt`)),
         downloadLink(r.download, `${id}.znippy`, `Download ${id}.znippy`)));
     }
