@@ -2,7 +2,7 @@
 //! object holds the same bytes as the CLI's reference and as a seal in a
 //! data directory; it is published once, whichever node seals, and every
 //! node reads from it; a seal that loses to another node's commit leaves
-//! nothing behind.
+//! nothing behind; a node that signs its seals signs that same archive.
 
 mod common;
 
@@ -12,9 +12,13 @@ use common::{append_of, cli_reference, play_on, text, Step};
 use futures::TryStreamExt;
 use object_store::ObjectStore;
 use sha2::{Digest, Sha256};
-use znippy_format::{ArchiveProps, InputFile, MetaSearch, MetaTable, MetaValue, ReadAt};
+use znippy_format::{
+    signed_content, Archive, ArchiveProps, InputFile, MetaSearch, MetaTable, MetaValue, ReadAt,
+};
 use znippy_seal::seal;
+use znippy_sign::Signer;
 use znippy_store::{Remote, RemoteConfig, SealedAt, State, Store, StoreError, StoreOptions};
+use znippy_testkit::pki::Pki;
 use znippy_testkit::seaweed::{self, Seaweed};
 
 fn props() -> ArchiveProps {
@@ -182,6 +186,63 @@ async fn a_seal_on_object_storage_is_the_canonical_archive() {
     assert_eq!(out, text(10, 120_000));
     nodes[0].drop_archive("edited").await.unwrap();
     assert_eq!(objects(&remote, "edited").await.0, 0);
+}
+
+/// A node that signs its seals (`serve --sign-key`), on object storage: the
+/// sealed object is the canonical archive up to its signed length, then its
+/// signature, which znippy and openssl both check against the CA; sealed
+/// again, the receipt read back from the object names the same signer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_signed_seal_on_object_storage_signs_the_canonical_archive() {
+    let Some(server) = Seaweed::start() else {
+        return;
+    };
+    let pki = Pki::new();
+    let signer = Signer::from_files(&pki.path("p256.key"), &pki.path("p256.pem"), None).unwrap();
+    let signer = Some(Arc::new(signer));
+    let ca = std::fs::read(pki.path("ca.pem")).unwrap();
+    let anchors = znippy_sign::certificates_from_pem(&ca).unwrap();
+    let remote = config(&server).connect().await.unwrap();
+    let store = node(&remote).await;
+    let tmp = tempfile::tempdir().unwrap();
+
+    for (id, steps) in histories() {
+        play_on(&store, id, props(), &steps).await;
+        let reference = cli_reference(tmp.path(), props(), &steps);
+        let r = seal(&store, id, signer.clone()).await.unwrap();
+        assert_eq!(r.signer.as_deref(), Some("CN=p256 signer"), "{id}");
+
+        let bytes = sealed_bytes(&store, id).await;
+        let archive = Archive::open(&bytes[..]).unwrap();
+        assert_eq!(archive.signed_len(), reference.len() as u64, "{id}");
+        assert_eq!(
+            Sha256::digest(&bytes[..reference.len()]),
+            Sha256::digest(&reference),
+            "{id}: what is signed is what compress then append make"
+        );
+        assert_eq!(r.size, bytes.len() as u64);
+        let identity = archive.identity().unwrap();
+        assert_eq!(identity, r.identity);
+        assert_eq!(
+            identity,
+            Archive::open(&reference[..]).unwrap().identity().unwrap()
+        );
+        let content = signed_content(&identity);
+        let signatures = archive.signatures().unwrap();
+        assert_eq!(signatures.len(), 1, "{id}");
+        let checked = znippy_sign::verify(
+            &signatures[0],
+            &content,
+            Some(&anchors),
+            std::time::SystemTime::now(),
+        )
+        .unwrap();
+        assert!(checked[0].trusted, "{id}");
+        assert!(pki.openssl_accepts(&signatures[0], &content), "{id}");
+
+        let again = seal(&store, id, None).await.unwrap();
+        assert_eq!((again.at, again.signer), (r.at, r.signer), "{id}");
+    }
 }
 
 /// Two nodes seal at once: one object is published and both return it. A

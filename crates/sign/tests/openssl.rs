@@ -89,6 +89,7 @@ fn znippy_accepts_what_openssl_signs() {
         if name == "chained" {
             args.extend(["-certfile", "mid.pem"]);
         }
+        args.extend(Pki::md(name));
         ok(pki.dir.path(), &args);
         let sig = std::fs::read(pki.path("theirs.der")).unwrap();
         let signed = verify(&sig, CONTENT, Some(&anchors(&pki)), SystemTime::now()).unwrap();
