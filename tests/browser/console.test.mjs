@@ -219,6 +219,8 @@ test('create, upload a folder, browse, preview, search, delete, seal and downloa
   const shown = await page.locator('#seal-sha256').textContent();
   await page.locator('#seal-signer', { hasText: 'by CN=console signer' })
     .getByRole('link', { name: 'signature (DER CMS)' }).waitFor();
+  // The archive's page says so too, for as long as it is sealed.
+  await page.locator('#archive-signer', { hasText: 'by CN=console signer' }).waitFor();
   await page.screenshot({ path: join(SHOTS, 'sealed.png'), fullPage: true });
   const [download] = await Promise.all([
     page.waitForEvent('download'),

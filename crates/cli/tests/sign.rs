@@ -336,6 +336,12 @@ fn the_service_signs_its_seals() {
         let remote_sig = pki.path("remote.der");
         succeeds(&["signature", &remote, "-o", s(&remote_sig)]);
         assert_eq!(std::fs::read(&remote_sig).unwrap(), sig);
+        // The archive's own description names the signer, read from the
+        // sealed file.
+        let (st, body) = curl(&[&url(&format!("/archives/{id}"))]);
+        assert_eq!(st, 200);
+        let about = String::from_utf8(body).unwrap();
+        assert!(about.contains(r#""signer":"CN=p256 signer""#), "{about}");
     }
     child.kill().unwrap();
     child.wait().unwrap();

@@ -286,12 +286,21 @@ async function archiveView(root, at) {
 }
 
 function statsOf(a) {
-  return h('dl', { class: 'facts' },
+  const facts = h('dl', { class: 'facts' },
     h('dt', {}, 'Files'), h('dd', {}, count(a.files)),
     h('dt', {}, 'Bytes in'), h('dd', {}, bytes(a.bytes_in)),
     h('dt', {}, 'Stored'), h('dd', {}, bytes(a.bytes_stored)),
     h('dt', {}, 'Appends'), h('dd', {}, count(a.appends)),
     h('dt', {}, 'Metadata'), h('dd', {}, a.metadata ? 'yes' : 'none yet'));
+  if (a.state === 'sealed') facts.append(h('dt', {}, 'Signed'), h('dd', { id: 'archive-signer' }, signedBy(a.id, a.signer)));
+  return facts;
+}
+
+// Who signed a sealed archive, with its signature to download, or why not.
+function signedBy(id, signer) {
+  return signer
+    ? [`by ${signer} `, downloadLink(`/archives/${enc(id)}/archive.znippy.sig`, `${id}.znippy.sig`, 'signature (DER CMS)')]
+    : 'no: the service signs seals when started with --sign-key';
 }
 
 async function seal(id) {
@@ -315,9 +324,7 @@ async function seal(id) {
           h('dt', {}, 'Size'), h('dd', {}, `${bytes(r.size)} (${count(r.size)} bytes)`),
           h('dt', {}, 'SHA-256'), h('dd', {}, sha),
           h('dt', {}, 'Identity'), h('dd', {}, h('code', {}, r.identity)),
-          h('dt', {}, 'Signed'), h('dd', { id: 'seal-signer' }, r.signer
-            ? [`by ${r.signer} `, downloadLink(r.signature, `${id}.znippy.sig`, 'signature (DER CMS)')]
-            : 'no: the service signs seals when started with --sign-key'),
+          h('dt', {}, 'Signed'), h('dd', { id: 'seal-signer' }, signedBy(id, r.signer)),
           h('dt', {}, 'Written'), h('dd', {}, r.in_place ? `in place: a tail of ${bytes(r.tail_bytes)}` : `re-packed: ${count(r.blobs_copied)} blobs copied, ${count(r.blobs_rebuilt)} rebuilt`)),
         downloadLink(r.download, `${id}.znippy`, `Download ${id}.znippy`)));
     }

@@ -14,7 +14,7 @@ use crate::error::{ApiError, ErrorCode};
 use crate::extract::ApiPath;
 use crate::openapi::{self, archive_id, ArchiveId, RangeHeaders};
 use crate::ranged::{self, Ranged};
-use crate::{hex, read_json, AppState};
+use crate::{hex, read_json, AppState, Memo};
 
 /// Unknown fields are refused (bad_body). Omitted properties take the defaults.
 #[derive(Deserialize, ToSchema)]
@@ -79,6 +79,12 @@ pub(crate) struct Archive {
     snapshot_id: Option<i64>,
     /// Appends (and deletes) committed.
     appends: u64,
+    /// Who signed the sealed archive (its signatures' signers, each checked against its own
+    /// certificate; `znippy verify --ca` checks them against a CA), or null when it is sealed
+    /// unsigned. Only `GET /archives/{id}` reads it, and only for a sealed archive: absent
+    /// elsewhere.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    signer: Option<Option<String>>,
 }
 
 #[derive(Serialize, ToSchema)]
@@ -106,6 +112,7 @@ impl From<znippy_store::ArchiveInfo> for Archive {
             bytes_read: i.bytes_read,
             snapshot_id: i.snapshot_id,
             appends: i.appends,
+            signer: None,
         }
     }
 }
@@ -198,7 +205,18 @@ pub(crate) async fn inspect(
     State(app): State<AppState>,
     ApiPath(id): ApiPath<String>,
 ) -> Result<Json<Archive>, ApiError> {
-    Ok(Json(app.store.info(&id).await?.into()))
+    let mut archive: Archive = app.store.info(&id).await?.into();
+    if matches!(archive.state, StateName::Sealed) {
+        let (sealed, etag) = open_sealed(&app, &id).await?;
+        let signer = memo(&app.signers, etag, move || {
+            Ok(znippy_seal::signer(&znippy_format::Archive::open(
+                &*sealed.source,
+            )?)?)
+        })
+        .await?;
+        archive.signer = Some(signer);
+    }
+    Ok(Json(archive))
 }
 
 /// One change of an archive: one snapshot of its files table.
@@ -489,24 +507,11 @@ pub(crate) async fn sha256(
     ApiPath(id): ApiPath<String>,
 ) -> Result<Response, ApiError> {
     let (sealed, etag) = open_sealed(&app, &id).await?;
-    let known = app
-        .checksums
-        .lock()
-        .ok()
-        .and_then(|c| c.get(&etag).copied());
-    let sum = match known {
-        Some(sum) => sum,
-        None => {
-            let sum = tokio::task::spawn_blocking(move || sha256_of(&*sealed.source, sealed.len))
-                .await
-                .map_err(|e| ApiError::internal(format!("checksum task: {e}")))?
-                .map_err(|e| ApiError::internal(format!("reading the sealed archive: {e}")))?;
-            if let Ok(mut c) = app.checksums.lock() {
-                c.insert(etag, sum);
-            }
-            sum
-        }
-    };
+    let sum = memo(&app.checksums, etag, move || {
+        sha256_of(&*sealed.source, sealed.len)
+            .map_err(|e| ApiError::internal(format!("reading the sealed archive: {e}")))
+    })
+    .await?;
     let line = format!("{}  {id}.znippy\n", hex(&sum));
     Ok(([(header::CONTENT_TYPE, "text/plain; charset=utf-8")], line).into_response())
 }
@@ -558,6 +563,25 @@ pub(crate) async fn signature(
         first,
     )
         .into_response())
+}
+
+/// What `read` learns of the sealed file tagged `etag`, read once on a
+/// blocking thread and then kept in `memo`: a sealed file never changes.
+async fn memo<T: Clone + Send + 'static>(
+    memo: &Memo<T>,
+    etag: String,
+    read: impl FnOnce() -> Result<T, ApiError> + Send + 'static,
+) -> Result<T, ApiError> {
+    if let Some(known) = memo.lock().ok().and_then(|m| m.get(&etag).cloned()) {
+        return Ok(known);
+    }
+    let learnt = tokio::task::spawn_blocking(read)
+        .await
+        .map_err(|e| ApiError::internal(format!("reading the sealed archive: {e}")))??;
+    if let Ok(mut m) = memo.lock() {
+        m.insert(etag, learnt.clone());
+    }
+    Ok(learnt)
 }
 
 /// SHA-256 of the first `len` bytes of `source`, read in pieces of at most

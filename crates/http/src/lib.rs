@@ -168,6 +168,10 @@ pub enum ServeError {
     Io(#[from] std::io::Error),
 }
 
+/// What this node has learnt of sealed files, which never change, by their
+/// ETag (`archives::memo`).
+pub(crate) type Memo<T> = Arc<std::sync::Mutex<std::collections::HashMap<String, T>>>;
+
 /// What every handler shares.
 #[derive(Clone)]
 pub(crate) struct AppState {
@@ -177,7 +181,9 @@ pub(crate) struct AppState {
     /// The API description, as `/openapi.json` serves it.
     pub openapi: Arc<str>,
     /// The SHA-256 of each sealed file this node has read, by its ETag.
-    pub checksums: Arc<std::sync::Mutex<std::collections::HashMap<String, [u8; 32]>>>,
+    pub checksums: Memo<[u8; 32]>,
+    /// Who signed each sealed file this node has described, by its ETag.
+    pub signers: Memo<Option<String>>,
     /// Permits for response bodies that stream, one each (see `ranged.rs`).
     pub streams: Arc<tokio::sync::Semaphore>,
 }
@@ -233,6 +239,7 @@ pub fn router(store: Arc<Store>, config: Config) -> Router {
         metrics: Arc::new(Metrics::default()),
         openapi: openapi.into(),
         checksums: Arc::default(),
+        signers: Arc::default(),
         streams: Arc::new(tokio::sync::Semaphore::new(ranged::MAX_STREAMS)),
     };
     let guarded = guarded.route_layer(axum::middleware::from_fn_with_state(

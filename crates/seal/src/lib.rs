@@ -30,7 +30,7 @@
 use std::io::Write;
 use std::sync::Arc;
 
-use znippy_format::{repack, Archive, RepackStats, SliceRow, Tail, TailInfo};
+use znippy_format::{repack, Archive, ReadAt, RepackStats, SliceRow, Tail, TailInfo};
 use znippy_sign::Signer;
 use znippy_store::{SealPlan, SealedAt, SealedFile, Store, StoreError};
 
@@ -121,12 +121,8 @@ pub async fn seal(
 /// The receipt of an archive sealed earlier, read from its tail.
 fn sealed_receipt(plan: &SealPlan, done: SealedFile) -> Result<SealReceipt, SealError> {
     let archive = Archive::open(plan.blobs())?;
-    let signer = match archive.signatures()?.first() {
-        Some(der) => Some(signer_of(der, &archive.identity()?)?),
-        None => None,
-    };
     Ok(SealReceipt {
-        signer,
+        signer: signer(&archive)?,
         identity: archive.identity()?,
         in_place: plan.is_in_place(&done),
         repack: RepackStats::default(),
@@ -145,17 +141,23 @@ fn one_shot_rows(plan: &SealPlan) -> Vec<SliceRow> {
     rows
 }
 
-/// The signer a signature over `identity` names, checked against its own
-/// certificate.
-fn signer_of(der: &[u8], identity: &[u8; 32]) -> Result<String, SealError> {
-    let content = znippy_format::signed_content(identity);
-    let signed = znippy_sign::verify(der, &content, None, std::time::SystemTime::now())
-        .map_err(|e| znippy_format::Error::Signing(e.to_string()))?;
-    Ok(signed
-        .into_iter()
-        .map(|s| s.signer)
-        .collect::<Vec<_>>()
-        .join(", "))
+/// Who signed `archive`: the subjects of its signatures' signers, each
+/// signature checked against its own certificate and over this archive's
+/// identity (not against a CA: that is `znippy verify --ca`'s question);
+/// `None` when it has no signature.
+pub fn signer<R: ReadAt>(archive: &Archive<R>) -> Result<Option<String>, SealError> {
+    let signatures = archive.signatures()?;
+    if signatures.is_empty() {
+        return Ok(None);
+    }
+    let content = znippy_format::signed_content(&archive.identity()?);
+    let mut names = Vec::new();
+    for der in &signatures {
+        let signed = znippy_sign::verify(der, &content, None, std::time::SystemTime::now())
+            .map_err(|e| znippy_format::Error::Signing(e.to_string()))?;
+        names.extend(signed.into_iter().map(|s| s.signer));
+    }
+    Ok(Some(names.join(", ")))
 }
 
 fn write_sealed(plan: &SealPlan, signer: Option<&Signer>) -> Result<SealReceipt, SealError> {
