@@ -43,8 +43,10 @@ impl Plugin for Cargo {
 }
 
 fn read(file: &Window) -> Result<Vec<Value>, String> {
-    let found = tarball::find(file.head(), |p| tarball::one_down(p, "Cargo.toml"))
-        .map_err(|e| crate::beyond_head(file, e))?;
+    let found = tarball::find(file.head(), file.reader(), |p| {
+        tarball::one_down(p, "Cargo.toml")
+    })
+    .map_err(|e| crate::beyond_head(file, e))?;
     let (_, bytes) = found.ok_or("a crate without NAME-VERSION/Cargo.toml")?;
     let manifest: toml::Table = text(bytes, "Cargo.toml")?
         .parse()

@@ -35,7 +35,9 @@ impl Plugin for Npm {
     }
 
     fn extract(&self, file: &Window) -> Outcome {
-        let found = tarball::find(file.head(), |p| tarball::one_down(p, "package.json"));
+        let found = tarball::find(file.head(), file.reader(), |p| {
+            tarball::one_down(p, "package.json")
+        });
         let bytes = match found {
             Ok(Some((_, bytes))) => bytes,
             Ok(None) => return Outcome::NotAPackage,

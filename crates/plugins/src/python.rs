@@ -80,11 +80,20 @@ fn dist_info(name: &str, leaf: &str) -> bool {
 }
 
 fn read_sdist(file: &Window) -> Result<Option<Vec<Value>>, String> {
-    // `.tar.gz` does not say sdist: one is recognized by its PKG-INFO, and
-    // a tarball in which none is found, whatever the reason, is no package.
-    let Ok(Some((_, bytes))) = tarball::find(file.head(), |p| tarball::one_down(p, "PKG-INFO"))
-    else {
-        return Ok(None);
+    // `.tar.gz` does not say sdist: one is recognized by its PKG-INFO. A
+    // tarball in which none is found is no package, unless it showed the
+    // build files of one (`NAME-VERSION/pyproject.toml` or `setup.py`)
+    // before it could not be read further: an sdist whose PKG-INFO lies
+    // past the window or past a damaged member is one to report.
+    let mut built = false;
+    let found = tarball::find(file.head(), file.reader(), |p| {
+        built |= tarball::one_down(p, "pyproject.toml") || tarball::one_down(p, "setup.py");
+        tarball::one_down(p, "PKG-INFO")
+    });
+    let bytes = match found {
+        Ok(Some((_, bytes))) => bytes,
+        Err(e) if built => return Err(crate::beyond_head(file, e)),
+        Ok(None) | Err(_) => return Ok(None),
     };
     let fields = headers::parse(&text(bytes, "PKG-INFO")?, false);
     Ok(Some(row(&fields, "sdist", Value::Null)))

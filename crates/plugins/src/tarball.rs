@@ -1,14 +1,14 @@
 //! Members of a tar stream, plain or under gzip, xz, zstd or bzip2, read
-//! from the start of a [`Window`] until the one a plugin wants.
+//! from its start until the one a plugin wants.
 
-use std::io::{Cursor, Read};
+use std::io::Read;
 
 use crate::bounded::{read_member, Capped};
 
-/// The decompressor `bytes` start with, by magic number; plain tar otherwise.
-pub(crate) fn decoder<'a>(bytes: &'a [u8]) -> Result<Box<dyn Read + 'a>, String> {
-    let r = Cursor::new(bytes);
-    Ok(match bytes {
+/// The decompressor `head` (the stream's first bytes) starts with, by magic
+/// number, over the stream `r`; plain tar otherwise.
+fn decoder<'a>(head: &[u8], r: impl Read + 'a) -> Result<Box<dyn Read + 'a>, String> {
+    Ok(match head {
         [0x1f, 0x8b, ..] => Box::new(flate2::read::GzDecoder::new(r)),
         [0xfd, b'7', b'z', b'X', b'Z', 0, ..] => Box::new(liblzma::read::XzDecoder::new(r)),
         [0x28, 0xb5, 0x2f, 0xfd, ..] => {
@@ -19,14 +19,17 @@ pub(crate) fn decoder<'a>(bytes: &'a [u8]) -> Result<Box<dyn Read + 'a>, String>
     })
 }
 
-/// The first member of the tar in `bytes` (compressed or not) whose path
-/// passes `want`, with its path; `None` when the stream ends without one.
-/// Decoding stops at the member: nothing after it is inflated.
-pub(crate) fn find(
-    bytes: &[u8],
-    want: impl Fn(&str) -> bool,
+/// The first member of the tar stream `r` (compressed or not; `head` is its
+/// start) whose path passes `want`, with its path; `None` when the stream
+/// ends without one. Decoding stops at the member: nothing after it is
+/// inflated. A package's stream is `Window::reader`: all of a file of up to
+/// twice `WINDOW_HALF`, and an error past its head for a larger one.
+pub(crate) fn find<'a>(
+    head: &[u8],
+    r: impl Read + 'a,
+    mut want: impl FnMut(&str) -> bool,
 ) -> Result<Option<(String, Vec<u8>)>, String> {
-    let mut tar = tar::Archive::new(Capped::new(decoder(bytes)?));
+    let mut tar = tar::Archive::new(Capped::new(decoder(head, r)?));
     // Raw: long names and pax headers are entries to skip, not data the tar
     // crate reads whole at whatever size their header claims.
     let entries = tar

@@ -130,6 +130,23 @@ fn hostile_packages_are_refused_within_bounded_memory() {
     ]);
     damaged("bomb.tgz", &tgz_bomb, "more than 64 MiB decoded");
 
+    // An sdist whose PKG-INFO lies past the window of a 10 MB file (its
+    // middle is not kept): said, not taken for a tarball that is no package.
+    // The same tarball without its build files is no package.
+    let noise = znippy_testkit::data::noise(7, 10 << 20);
+    let pkg_info: &[u8] = b"Name: x\nVersion: 1\n";
+    let sdist = tgz_of(&[
+        ("x-1/pyproject.toml", 0, b""),
+        ("x-1/data.bin", noise.len() as u64, &noise),
+        ("x-1/PKG-INFO", pkg_info.len() as u64, pkg_info),
+    ]);
+    damaged("x-1.tar.gz", &sdist, "only the first 4 MiB");
+    let plain = tgz_of(&[
+        ("x-1/data.bin", noise.len() as u64, &noise),
+        ("x-1/PKG-INFO", pkg_info.len() as u64, pkg_info),
+    ]);
+    assert_eq!(extract("x-1.tar.gz", &plain), Outcome::NotAPackage);
+
     // A jar nested 50 deep: the outer jar is read, no nested one is opened.
     let mut jar = zip_of(&[("Inner.class", b"x", CompressionMethod::Stored)]);
     for _ in 0..50 {

@@ -113,6 +113,20 @@ fn a_wheel_and_an_sdist_give_name_version_and_requirements() {
     assert_eq!(get(&py4j[0], "name"), &s("py4j"));
 }
 
+/// Hatch puts `PKG-INFO` last, so a 5 MB sdist's metadata is past the
+/// window's head: the window holds all of a file of up to twice that, and
+/// the tarball is read through it to its end.
+#[test]
+fn a_large_sdist_whose_pkg_info_is_last_is_read_to_its_end() {
+    let name = "pygments-2.21.0.tar.gz";
+    let len = std::fs::metadata(packages().join(name)).unwrap().len();
+    assert!(len > znippy_format::WINDOW_HALF as u64, "{len}");
+    let (_, rows) = read(name);
+    assert_eq!(get(&rows[0], "name"), &s("Pygments"));
+    assert_eq!(get(&rows[0], "version"), &s("2.21.0"));
+    assert_eq!(get(&rows[0], "kind"), &s("sdist"));
+}
+
 #[test]
 fn an_npm_tarball_gives_its_dependencies_as_a_map() {
     let (plugin, rows) = read("semver-7.6.0.tgz");
