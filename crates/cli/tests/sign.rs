@@ -114,6 +114,14 @@ fn openssl_and_verify_agree_on_every_signature_and_every_change() {
     // One byte of the tail: the identity is another, so openssl refuses the
     // signature over it, and so does verify.
     let (blob_end, signed_len) = layout(&arc);
+    // The signatures are not index: `info` counts the tail up to them.
+    let info = succeeds(&["info", s(&arc)]);
+    let index = format!("({} bytes, ", signed_len - blob_end);
+    assert!(
+        info.lines()
+            .any(|l| l.starts_with("index") && l.contains(&index)),
+        "{info}"
+    );
     let pristine = std::fs::read(&arc).unwrap();
     flip(&arc, blob_end + 200);
     assert!(!verify_ca(&arc));

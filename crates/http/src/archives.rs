@@ -205,17 +205,20 @@ pub(crate) async fn inspect(
     State(app): State<AppState>,
     ApiPath(id): ApiPath<String>,
 ) -> Result<Json<Archive>, ApiError> {
+    // The signer first, so that the numbers below count its read.
+    let signer = match app.store.open_sealed(&id).await? {
+        Some(sealed) => Some(
+            memo(&app.signers, etag_of(&id, &sealed), move || {
+                Ok(znippy_seal::signer(&znippy_format::Archive::open(
+                    &*sealed.source,
+                )?)?)
+            })
+            .await?,
+        ),
+        None => None,
+    };
     let mut archive: Archive = app.store.info(&id).await?.into();
-    if matches!(archive.state, StateName::Sealed) {
-        let (sealed, etag) = open_sealed(&app, &id).await?;
-        let signer = memo(&app.signers, etag, move || {
-            Ok(znippy_seal::signer(&znippy_format::Archive::open(
-                &*sealed.source,
-            )?)?)
-        })
-        .await?;
-        archive.signer = Some(signer);
-    }
+    archive.signer = signer;
     Ok(Json(archive))
 }
 
@@ -473,11 +476,16 @@ async fn open_sealed(app: &AppState, id: &str) -> Result<(OpenSealed, String), A
             format!("archive {id:?} is live; seal it first (POST /archives/{id}/seal)"),
         ));
     };
-    // The sealing snapshot is unique to this archive's history, so a dropped
-    // and re-created archive sealed to the same length still gets a new tag.
-    let snapshot = sealed.snapshot_id.unwrap_or_default();
-    let etag = format!("{id}-{snapshot:x}-{}", sealed.len);
+    let etag = etag_of(id, &sealed);
     Ok((sealed, etag))
+}
+
+/// The ETag of sealed archive `id`. The sealing snapshot is unique to this
+/// archive's history, so a dropped and re-created archive sealed to the same
+/// length still gets a new tag.
+fn etag_of(id: &str, sealed: &OpenSealed) -> String {
+    let snapshot = sealed.snapshot_id.unwrap_or_default();
+    format!("{id}-{snapshot:x}-{}", sealed.len)
 }
 
 /// The sealed archive's SHA-256, as sha256sum prints it

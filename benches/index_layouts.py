@@ -1,0 +1,122 @@
+#!/usr/bin/env python3
+"""What other layouts of the index would weigh, measured on real archives.
+
+    .venv/bin/python benches/index_layouts.py A.znippy [B.znippy ...]
+
+For each archive, reads its data sub-index and lookup with pyarrow (no znippy
+code), writes them again as Arrow IPC files in other layouts, and prints the
+bytes of each, per file, with the 32-byte BLAKE3 of every slice taken out
+(issue 49 counts everything but those). The trie and the other sections are
+counted as they are. Nothing is written back: this measures, it does not
+change the format.
+
+The layouts, each from the one before unless it says otherwise:
+
+- stored: the sections as the archive holds them (arrow-rs, 64-byte
+  alignment, zstd level 3 per buffer, 256-row batches).
+- align8: the same batches, buffers aligned to 8 bytes (pyarrow's writer,
+  as in every layout below): what the 64-byte padding of each of the ~20
+  buffers of a batch costs.
+- no-data-paths: the data sub-index without `relative_path` (the lookup
+  holds each path; the data rows would be named by row number only).
+- no-lookup: the data sub-index with its paths, and no lookup: a listing
+  would read the data sub-index and sort (the trie still finds one path).
+- narrow: no lookup, and the data sub-index's sizes and offsets within a
+  file or blob as uint32 where every value fits, `chunk_seq` dropped (it is
+  the row number, a rule since version 4).
+- delta: narrow, with `blob_offset` as the difference from the row before.
+- batch1024: delta, in 1,024-row batches (a `get` would inflate four times
+  the rows it does now).
+"""
+
+import struct
+import sys
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.ipc
+
+FOOTER = 16
+HASH = 32
+
+
+def sections(path):
+    """The manifest's rows: module name -> (offset, length, rows)."""
+    data = open(path, "rb").read()
+    magic, manifest_at = struct.unpack("<8sQ", data[-FOOTER:])
+    assert magic == b"ZNPYMIDX", f"{path}: not a .znippy archive"
+    manifest = pa.ipc.open_file(pa.BufferReader(data[manifest_at:-FOOTER])).read_all()
+    out = {}
+    for row in manifest.to_pylist():
+        out[row["module_name"]] = (row["index_offset"], row["index_len"], row["row_count"])
+    return data, out
+
+
+def table(data, entry):
+    offset, length, _ = entry
+    return pa.ipc.open_file(pa.BufferReader(data[offset : offset + length])).read_all()
+
+
+def ipc_len(t, batch_rows):
+    """Bytes of `t` as an Arrow IPC file, zstd level 3 per buffer, `batch_rows` a batch."""
+    sink = pa.BufferOutputStream()
+    options = pa.ipc.IpcWriteOptions(compression=pa.Codec("zstd", compression_level=3))
+    with pa.ipc.new_file(sink, t.schema, options=options) as w:
+        for batch in t.combine_chunks().to_batches(max_chunksize=batch_rows):
+            w.write_batch(batch)
+    return sink.getvalue().size
+
+
+def narrow(t):
+    """Sizes and offsets within a file or blob as uint32 where all fit; no chunk_seq."""
+    cols = {}
+    for name in t.column_names:
+        if name == "chunk_seq":
+            continue
+        col = t[name]
+        if name in ("fdata_offset", "uncompressed_size", "blob_size", "blob_inner_offset"):
+            top = pc.max(col).as_py() or 0
+            if top < 2**32:
+                col = col.cast(pa.uint32())
+        cols[name] = col
+    return pa.table(cols)
+
+
+def delta(t):
+    offsets = t["blob_offset"].to_pylist()
+    diffs = [b - a for a, b in zip([0] + offsets[:-1], offsets)]
+    return t.set_column(t.column_names.index("blob_offset"), "blob_offset", pa.array(diffs, pa.int64()))
+
+
+def measure(path):
+    data, s = sections(path)
+    data_t, lookup_t = table(data, s["files"]), table(data, s["__znippy_lookup__"])
+    slices = s["files"][2]
+    files = len(set(lookup_t["relative_path"].to_pylist()))
+    rest = sum(e[1] for m, e in s.items() if m not in ("files", "__znippy_lookup__"))
+    # The manifest and footer: what the archive's tail holds past the sections.
+    tail = len(data) - s["__znippy_lookup__"][0] - sum(e[1] for e in s.values())
+    fixed = rest + max(tail, 0)
+    no_paths = data_t.drop_columns(["relative_path"])
+    layouts = [
+        ("stored", s["files"][1] + s["__znippy_lookup__"][1]),
+        ("align8", ipc_len(data_t, 256) + ipc_len(lookup_t, 256)),
+        ("no-data-paths", ipc_len(no_paths, 256) + ipc_len(lookup_t, 256)),
+        ("no-lookup", ipc_len(data_t, 256)),
+        ("narrow", ipc_len(narrow(data_t), 256)),
+        ("delta", ipc_len(delta(narrow(data_t)), 256)),
+        ("batch1024", ipc_len(delta(narrow(data_t)), 1024)),
+    ]
+    print(f"\n{path}: {files:,} files, {slices:,} slices; trie, manifest and the rest {fixed:,} bytes")
+    print("| layout | data + lookup bytes | index bytes per file | without the BLAKE3s |")
+    print("|---|---:|---:|---:|")
+    for name, n in layouts:
+        index = n + fixed
+        print(f"| {name} | {n:,} | {index / files:.1f} | {(index - HASH * slices) / files:.1f} |")
+
+
+if __name__ == "__main__":
+    if len(sys.argv) < 2:
+        sys.exit(__doc__)
+    for p in sys.argv[1:]:
+        measure(p)
