@@ -9,13 +9,20 @@
 #
 # Knobs: ZNIPPY (default target/release/znippy), BENCH_DIR (default
 # /tmp/znippy-plugins-bench; the downloads are kept there between runs),
-# RUNS (default 7), THREADS (default: all cores).
+# RUNS (default 7), THREADS (default: all cores), COLD=1 (drop the page
+# cache before every compress, as root: the tree read from the disk, as a
+# mirror's packages arriving from elsewhere would be).
 set -euo pipefail
 repo_root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 ZNIPPY=${ZNIPPY:-$repo_root/target/release/znippy}
 BENCH_DIR=${BENCH_DIR:-/tmp/znippy-plugins-bench}
 RUNS=${RUNS:-7}
 THREADS=${THREADS:-$(nproc)}
+COLD=${COLD:-0}
+if [[ $COLD == 1 && ! -w /proc/sys/vm/drop_caches ]]; then
+    echo "COLD=1 drops the page cache: run as root" >&2
+    exit 2
+fi
 tree=$BENCH_DIR/tree
 log() { printf '[%(%H:%M:%S)T] %s\n' -1 "$*" >&2; }
 
@@ -63,6 +70,7 @@ out=$BENCH_DIR/out.znippy
 run() { # run LABEL ARGS... : prints the wall seconds of one compress
     local t0 t1
     sync
+    [[ $COLD == 1 ]] && echo 3 > /proc/sys/vm/drop_caches
     t0=$(date +%s.%N)
     "$ZNIPPY" compress "$tree" -o "$out" --threads "$THREADS" --repo bench "$@" 2>/dev/null
     t1=$(date +%s.%N)
@@ -88,9 +96,9 @@ mw=$(printf '%s\n' "${with[@]}" | median)
 mo=$(printf '%s\n' "${without[@]}" | median)
 mr=$(printf '%s\n' "${ratios[@]}" | median)
 cat <<MD
-| tree | packages | bytes | threads | runs |
-|---|---:|---:|---:|---:|
-| pypi + npm + crates | $files | $bytes | $THREADS | $RUNS |
+| tree | packages | bytes | threads | runs | page cache |
+|---|---:|---:|---:|---:|---|
+| pypi + npm + crates | $files | $bytes | $THREADS | $RUNS | $([[ $COLD == 1 ]] && echo dropped before each || echo warm) |
 
 | compress | median s | MB/s |
 |---|---:|---:|
