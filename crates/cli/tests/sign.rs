@@ -116,11 +116,22 @@ fn openssl_and_verify_agree_on_every_signature_and_every_change() {
     let (blob_end, signed_len) = layout(&arc);
     // The signatures are not index: `info` counts the tail up to them.
     let info = succeeds(&["info", s(&arc)]);
-    let index = format!("({} bytes, ", signed_len - blob_end);
+    // And its bytes per file with and without the BLAKE3 of each slice.
+    let index = signed_len - blob_end;
+    let count = |k: &str| -> u64 {
+        let line = info.lines().find(|l| l.starts_with(k)).unwrap();
+        line[k.len()..].trim().parse().unwrap()
+    };
+    let (files, slices) = (count("files"), count("slices"));
+    let figures = format!(
+        "({index} bytes, {:.0} per file; {:.0} without the 32-byte BLAKE3",
+        index as f64 / files as f64,
+        (index - 32 * slices) as f64 / files as f64
+    );
     assert!(
         info.lines()
-            .any(|l| l.starts_with("index") && l.contains(&index)),
-        "{info}"
+            .any(|l| l.starts_with("index") && l.contains(&figures)),
+        "{figures}\n{info}"
     );
     let pristine = std::fs::read(&arc).unwrap();
     flip(&arc, blob_end + 200);

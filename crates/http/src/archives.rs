@@ -209,9 +209,8 @@ pub(crate) async fn inspect(
     let signer = match app.store.open_sealed(&id).await? {
         Some(sealed) => Some(
             memo(&app.signers, etag_of(&id, &sealed), move || {
-                Ok(znippy_seal::signer(&znippy_format::Archive::open(
-                    &*sealed.source,
-                )?)?)
+                let archive = znippy_format::Archive::open(&*sealed.source)?;
+                Ok(znippy_seal::signer(&archive, &archive.identity()?)?)
             })
             .await?,
         ),

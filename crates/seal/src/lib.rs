@@ -121,9 +121,10 @@ pub async fn seal(
 /// The receipt of an archive sealed earlier, read from its tail.
 fn sealed_receipt(plan: &SealPlan, done: SealedFile) -> Result<SealReceipt, SealError> {
     let archive = Archive::open(plan.blobs())?;
+    let identity = archive.identity()?;
     Ok(SealReceipt {
-        signer: signer(&archive)?,
-        identity: archive.identity()?,
+        signer: signer(&archive, &identity)?,
+        identity,
         in_place: plan.is_in_place(&done),
         repack: RepackStats::default(),
         tail_bytes: done.len - archive.blob_end(),
@@ -141,16 +142,20 @@ fn one_shot_rows(plan: &SealPlan) -> Vec<SliceRow> {
     rows
 }
 
-/// Who signed `archive`: the subjects of its signatures' signers, each
-/// signature checked against its own certificate and over this archive's
-/// identity (not against a CA: that is `znippy verify --ca`'s question);
-/// `None` when it has no signature.
-pub fn signer<R: ReadAt>(archive: &Archive<R>) -> Result<Option<String>, SealError> {
+/// Who signed `archive`, whose identity is `identity` (the caller's, as
+/// hashing the tail is the one read that costs): the subjects of its
+/// signatures' signers, each signature checked against its own certificate
+/// and over this identity (not against a CA: that is `znippy verify
+/// --ca`'s question); `None` when it has no signature.
+pub fn signer<R: ReadAt>(
+    archive: &Archive<R>,
+    identity: &[u8; 32],
+) -> Result<Option<String>, SealError> {
     let signatures = archive.signatures()?;
     if signatures.is_empty() {
         return Ok(None);
     }
-    let content = znippy_format::signed_content(&archive.identity()?);
+    let content = znippy_format::signed_content(identity);
     let mut names = Vec::new();
     for der in &signatures {
         let signed = znippy_sign::verify(der, &content, None, std::time::SystemTime::now())
