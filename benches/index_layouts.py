@@ -3,8 +3,8 @@
 
     .venv/bin/python benches/index_layouts.py A.znippy [B.znippy ...]
 
-For each archive, reads its data sub-index and lookup with pyarrow (no znippy
-code), writes them again as Arrow IPC files in other layouts, and prints the
+For each archive, reads its data sub-index and lookup (format versions 1 to
+6; version 7 has none) with pyarrow (no znippy code), writes them again as Arrow IPC files in other layouts, and prints the
 bytes of each, per file, with the 32-byte BLAKE3 of every slice taken out
 (issue 49 counts everything but those). The trie and the other sections are
 counted as they are. Nothing is written back: this measures, it does not
@@ -12,8 +12,10 @@ change the format.
 
 The layouts, each from the one before unless it says otherwise:
 
-- stored: the sections as the archive holds them (arrow-rs, 64-byte
-  alignment, zstd level 3 per buffer, 256-row batches).
+- stored: the sections as the archive holds them (arrow-rs, zstd level 3
+  per buffer, 256-row batches; 64-byte alignment before version 7, 8 from
+  it). On a version-7 archive the layouts up to no-lookup are what it
+  stores, and are not printed.
 - align8: the same batches, buffers aligned to 8 bytes (pyarrow's writer,
   as in every layout below): what the 64-byte padding of each of the ~20
   buffers of a batch costs.
@@ -90,19 +92,24 @@ def delta(t):
 
 def measure(path):
     data, s = sections(path)
-    data_t, lookup_t = table(data, s["files"]), table(data, s["__znippy_lookup__"])
+    lookup = s.get("__znippy_lookup__")  # format versions 1 to 6 only
+    data_t = table(data, s["files"])
     slices = s["files"][2]
-    files = len(set(lookup_t["relative_path"].to_pylist()))
+    files = len(set(data_t["relative_path"].to_pylist()))
     rest = sum(e[1] for m, e in s.items() if m not in ("files", "__znippy_lookup__"))
     # The manifest and footer: what the archive's tail holds past the sections.
-    tail = len(data) - s["__znippy_lookup__"][0] - sum(e[1] for e in s.values())
+    tail = len(data) - min(e[0] for e in s.values()) - sum(e[1] for e in s.values())
     fixed = rest + max(tail, 0)
-    no_paths = data_t.drop_columns(["relative_path"])
-    layouts = [
-        ("stored", s["files"][1] + s["__znippy_lookup__"][1]),
-        ("align8", ipc_len(data_t, 256) + ipc_len(lookup_t, 256)),
-        ("no-data-paths", ipc_len(no_paths, 256) + ipc_len(lookup_t, 256)),
-        ("no-lookup", ipc_len(data_t, 256)),
+    layouts = [("stored", s["files"][1] + (lookup[1] if lookup else 0))]
+    if lookup:
+        lookup_t = table(data, lookup)
+        no_paths = data_t.drop_columns(["relative_path"])
+        layouts += [
+            ("align8", ipc_len(data_t, 256) + ipc_len(lookup_t, 256)),
+            ("no-data-paths", ipc_len(no_paths, 256) + ipc_len(lookup_t, 256)),
+            ("no-lookup", ipc_len(data_t, 256)),
+        ]
+    layouts += [
         ("narrow", ipc_len(narrow(data_t), 256)),
         ("delta", ipc_len(delta(narrow(data_t)), 256)),
         ("batch1024", ipc_len(delta(narrow(data_t)), 1024)),

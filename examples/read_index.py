@@ -23,7 +23,7 @@ import pyarrow.ipc
 FOOTER_MAGIC = b"ZNPYMIDX"
 FOOTER_LEN = 16
 DATA = "files"  # the data sub-index: every slice row, in chunk_seq order
-LOOKUP = "__znippy_lookup__"
+LOOKUP = "__znippy_lookup__"  # versions 1 to 6 only
 META = "__znippy_meta__"
 TRIE = "__znippy_trie__"  # fst bytes, not Arrow
 # Version 2 archives may hold links and directories: file-type bits in `mode`
@@ -33,8 +33,10 @@ TRIE = "__znippy_trie__"  # fst bytes, not Arrow
 # relative_path, chunk_seq, fdata_offset, uncompressed_size and mode. Version 5
 # cuts the trie into shards, which this reader does not read. Version 6 adds
 # package sections (pkg_type 1 and up: one per plugin and repo, a row per
-# package). The data sub-index reads the same way in all six.
-SUPPORTED_MAJOR = 6
+# package). Version 7 has no lookup (a listing is the data sub-index's paths,
+# ORDER BY relative_path) and pads Arrow buffers to 8 bytes, not 64. The data
+# sub-index reads the same way in all seven.
+SUPPORTED_MAJOR = 7
 META_TYPES = {0: "str", 1: "i64", 2: "f64", 3: "bool", 4: "bytes"}
 
 
@@ -86,8 +88,9 @@ def section_bytes(path, name, manifest=None):
 
 
 def read_section(path, name, manifest=None):
-    """An Arrow section ("files", LOOKUP, META) as a pyarrow Table, or None
-    when the archive has no such section (e.g. no metadata was written)."""
+    """An Arrow section ("files", META, LOOKUP before version 7) as a pyarrow
+    Table, or None when the archive has no such section (e.g. no metadata was
+    written)."""
     data = section_bytes(path, name, manifest)
     return None if data is None else _read_ipc(data)
 

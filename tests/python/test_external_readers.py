@@ -81,11 +81,6 @@ def slices_of(archive, size):
 
 
 @pytest.fixture(scope="module")
-def lookup(archive):
-    return ri.read_section(archive, ri.LOOKUP)
-
-
-@pytest.fixture(scope="module")
 def data(archive):
     return ri.read_section(archive, ri.DATA)
 
@@ -121,33 +116,22 @@ def test_data_rows_match_files(data, tree):
     assert len([r for r in rows if r["relative_path"] == "empty"]) == 1
 
 
-def test_lookup_is_the_data_rows_sorted_by_path(data, lookup):
-    # The lookup keeps the columns a listing needs, and chunk_seq, which is
-    # the row of the data sub-index that holds the rest.
-    cols = ["relative_path", "chunk_seq", "fdata_offset", "uncompressed_size", "mode"]
-    assert lookup.column_names == cols
-    rows = lookup.to_pylist()
-    keys = [(r["relative_path"].encode(), r["fdata_offset"]) for r in rows]
-    assert keys == sorted(keys), "sorted by (relative_path in byte order, fdata_offset)"
-    by_row = data.select(cols).to_pylist()
-    assert [by_row[r["chunk_seq"]] for r in rows] == rows
-
-
-def test_duckdb_joins_the_lookup_to_the_data_rows(archive, data, lookup, tree):
+def test_duckdb_lists_and_locates_files_from_the_data_rows(archive, data, tree):
     _, files = tree
+    # Format version 7 has no lookup: a listing is the data rows by path.
+    assert ri.read_section(archive, ri.LOOKUP) is None
+    assert data.schema.metadata[b"znippy_format_version"] == b"7"
     con = duckdb.connect()
-    con.register("lookup", lookup)
     con.register("files", data)
-    # A listing from the lookup alone: sizes add up to the files'.
-    sizes = dict(con.execute(
-        "SELECT relative_path, sum(uncompressed_size) FROM lookup GROUP BY relative_path"
-    ).fetchall())
-    assert sizes == {p: len(b) for p, b in files.items()}
-    # Where a file's bytes are: the lookup's chunk_seq names its data rows.
+    listing = con.execute(
+        "SELECT relative_path, sum(uncompressed_size) FROM files"
+        " GROUP BY relative_path ORDER BY relative_path"
+    ).fetchall()
+    assert dict(listing) == {p: len(b) for p, b in files.items()}
+    assert [p for p, _ in listing] == sorted(files, key=str.encode)
+    # Where a file's bytes are: its data rows.
     count, total = con.execute(
-        "SELECT count(*), sum(f.blob_size) FROM lookup l"
-        " JOIN files f ON f.chunk_seq = l.chunk_seq AND f.relative_path = l.relative_path"
-        " WHERE l.relative_path = ?",
+        "SELECT count(*), sum(blob_size) FROM files WHERE relative_path = ?",
         [LARGE],
     ).fetchone()
     chunk, slices = slices_of(archive, len(files[LARGE]))
@@ -201,8 +185,9 @@ def test_manifest_hashes_and_layout(archive):
     manifest = ri.read_manifest(archive)
     rows = manifest.to_pylist()
     names = [r["module_name"] for r in rows]
-    for name in ("files", ri.LOOKUP, ri.TRIE, ri.META):
+    for name in ("files", ri.TRIE, ri.META):
         assert names.count(name) == 1, names
+    assert ri.LOOKUP not in names
     manifest_offset, _ = ri.read_footer(archive)
     for r in rows:
         data = ri.section_bytes(archive, r["module_name"], manifest)
@@ -219,13 +204,13 @@ def test_no_meta_section_without_metadata(tree, tmp_path):
     subprocess.run([znippy_bin(), "compress", str(root), "-o", str(out)], check=True,
                    capture_output=True)
     assert ri.read_section(out, ri.META) is None
-    assert ri.read_section(out, ri.LOOKUP) is not None
 
 
-def test_cli_list_agrees_with_lookup(archive, lookup):
+def test_cli_list_agrees_with_the_data_rows(archive, data):
     out = subprocess.run([znippy_bin(), "list", str(archive)], check=True,
                          capture_output=True, text=True, encoding="utf-8").stdout
-    assert set(out.splitlines()) == set(lookup.column("relative_path").to_pylist())
+    paths = set(data.column("relative_path").to_pylist())
+    assert out.splitlines() == sorted(paths, key=str.encode)
 
 
 def test_example_script_runs(archive, tree):
@@ -233,7 +218,7 @@ def test_example_script_runs(archive, tree):
     res = subprocess.run([sys.executable, str(EXAMPLE), str(archive), LARGE],
                          capture_output=True, text=True, encoding="utf-8")
     assert res.returncode == 0, res.stderr
-    assert ri.LOOKUP in res.stdout and ri.META in res.stdout
+    assert ri.TRIE in res.stdout and ri.META in res.stdout
     _, slices = slices_of(archive, len(files[LARGE]))
     assert f"{LARGE}: {slices} slice(s)" in res.stdout
     assert "meta lic (str) = MIT" in res.stdout

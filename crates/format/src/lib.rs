@@ -4,22 +4,23 @@
 //! does not pay) followed by a *tail* of index sections and a 16-byte footer:
 //!
 //! ```text
-//! [ blobs ][ pad ][ lookup ][ data index ][ trie ][ meta? ][ manifest ][ ZNPYMIDX u64 ]
+//! [ blobs ][ pad ][ packages? ][ data index ][ trie ][ meta? ][ manifest ][ ZNPYMIDX u64 ]
 //! ```
 //!
 //! * The **data index** lists every *slice* (a piece of a file inside a blob,
 //!   with its BLAKE3) in write order, row `i` being slice `i`; the **trie**
-//!   (`fst::Map` shards of 4,096 paths) maps each path to its first data row;
-//!   the **lookup** is the slices sorted by path, with what a listing shows
-//!   and their data row.
-//!   Index sections are Arrow IPC files, so pyarrow, Polars or DuckDB can read
-//!   them by slicing the archive.
+//!   (`fst::Map` shards of 4,096 paths) maps each path to its first data row,
+//!   and the rows of a file follow one another from there. Index sections are
+//!   Arrow IPC files, so pyarrow, Polars or DuckDB can read them by slicing
+//!   the archive.
 //! * A reader finds everything from the footer: one 16-byte read at the end, one
 //!   read of the manifest. Getting one file reads the trie's end and one of
 //!   its shards, one batch of the data index and that file's blobs, whatever
-//!   the size of the archive ([`Archive`]). Archives of format versions 1 to
-//!   4 (whose trie was one map; before 4, whose lookup repeated the data
-//!   index's columns) read as before.
+//!   the size of the archive ([`Archive`]). When the trie cannot answer, the
+//!   data index is read once and sorted by path, with the same answers.
+//!   Archives of format versions 1 to 6 (which had a *lookup*, the slices
+//!   sorted by path; before 5 a trie of one map; before 4 a lookup that
+//!   repeated the data index's columns) read as before.
 //! * Writing goes through one [`Engine`] (slice, pack small files, hash, dedupe,
 //!   compress on a worker pool, write in order) and one tail writer
 //!   ([`write_tail`]), shared by [`compress`], [`append`] and the store's seal, so
@@ -125,8 +126,8 @@ pub use row::{check_file_rows, SliceRow};
 pub use scan::{scan_dir, walk, Found, Scan, ScanOptions, ScannedFile, Skipped, WALK_STACK};
 pub use schema::{
     base_schema, lookup_schema, manifest_schema, meta_schema, BATCH_ROWS, BATCH_ROWS_KEY,
-    FORMAT_VERSION, LOOKUP, META, PLAIN_VERSION, RESERVED, RESERVED_PKG_TYPE, SIGNATURE,
-    SMALL_BATCH_ROWS, TRIE, VERSION_KEY,
+    FORMAT_VERSION, LOOKUP, META, RESERVED, RESERVED_PKG_TYPE, SIGNATURE, SMALL_BATCH_ROWS, TRIE,
+    VERSION_KEY,
 };
 pub use signature::{signed_content, MAX_SIGNATURES, MAX_SIGNATURE_LEN};
 pub use tail::{write_signed_tail, write_tail, Tail, TailInfo, ALIGN, FOOTER_LEN, MAGIC};

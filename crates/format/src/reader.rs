@@ -7,14 +7,16 @@
 //! | `list` (names)      | + the trie's end, the prefix's shards             |
 //! | `get` one file      | + the trie's end and one shard, one data batch,   |
 //! |                     |   that file's blobs                               |
-//! | `list` with sizes   | + the lookup batches of the prefix                |
+//! | `list` with sizes   | + the data batches of the prefix's files          |
 //! | `metadata`          | + the meta section                                |
 //! | `verify`            | everything                                        |
 //!
-//! That is format version 5. Version 4 read its trie whole. Before it the
-//! lookup repeated every column of the data sub-index and the trie named
-//! lookup rows, so open read the lookup's footer and a `get` one lookup batch
-//! instead of a data batch.
+//! That is format version 7. Versions 4 to 6 had a lookup, the slices sorted
+//! by path, which a listing with sizes read and a damaged trie fell back on;
+//! from version 7 such a fallback sorts the data rows it scans. Version 4
+//! read its trie whole. Before it the lookup repeated every column of the
+//! data sub-index and the trie named lookup rows, so open read the lookup's
+//! footer and a `get` one lookup batch instead of a data batch.
 //!
 //! Nothing read from the archive is trusted: offsets and lengths are checked
 //! against the file and the archive properties before any buffer is sized by
@@ -70,9 +72,11 @@ impl Entry {
 pub enum TrieState {
     /// Through the fst trie.
     Used,
-    /// By binary search of the lookup: the archive has no trie.
+    /// By binary search of the slices in path order (the lookup before
+    /// version 7, from then the data rows sorted once): the archive has no
+    /// trie.
     Missing,
-    /// By binary search of the lookup: the trie failed its checksum or did not load.
+    /// As `Missing`: the trie failed its checksum or did not load.
     Damaged,
 }
 
@@ -83,7 +87,8 @@ enum TrieRows {
     Lookup,
     /// Data rows (from version 4).
     Data,
-    /// Either: the question checks the row it is given against the lookup.
+    /// Either: the question checks the row it is given against the slices
+    /// in path order.
     Either,
 }
 
@@ -99,11 +104,22 @@ pub struct Archive<R> {
     /// The signed part's manifest metadata, which a signature repeats.
     md: HashMap<String, String>,
     signed: Signed,
-    lookup: Batches<LookupBatch>,
+    sorted: Sorted,
     rows: u64,
     /// From version 4, the one data sub-index, which a `get` reads a batch of.
     data: Option<Batches<RowBatch>>,
     trie: OnceLock<(TrieState, Option<Trie>)>,
+}
+
+/// The slices in path order, which a question falls back on when the trie
+/// cannot answer it.
+#[derive(Debug)]
+enum Sorted {
+    /// Versions 1 to 6: the lookup section.
+    Lookup(Batches<LookupBatch>),
+    /// From version 7, which has no lookup: the data rows' numbers in path
+    /// order, from a scan of the data sub-index the first time one is needed.
+    Scanned(OnceLock<Vec<u64>>),
 }
 
 /// A decoded batch of the lookup: whole rows before version 4, then keys.
@@ -185,7 +201,7 @@ impl<R: ReadAt> Archive<R> {
             }
             Ok(first)
         };
-        let lookup_entry = one(LOOKUP)?.ok_or_else(|| Error::corrupt("no lookup section"))?;
+        let lookup_entry = one(LOOKUP)?;
         one(TRIE)?;
         one(META)?;
         check_packages(&sections, version)?;
@@ -194,23 +210,33 @@ impl<R: ReadAt> Archive<R> {
             .filter(|s| s.is_data(version))
             .try_fold(0u64, |acc, s| acc.checked_add(s.row_count))
             .ok_or_else(|| Error::corrupt("row counts overflow"))?;
-        if data_rows != lookup_entry.row_count {
-            return Err(Error::corrupt(format!(
-                "lookup has {} rows but the data sections have {data_rows}",
-                lookup_entry.row_count
-            )));
-        }
-        let lookup = Batches::new(
-            "lookup",
-            lookup_entry.index_offset,
-            lookup_entry.index_len,
-            lookup_entry.row_count,
-            if version >= 4 {
-                lookup_schema()
-            } else {
-                base_schema()
-            },
-        );
+        let sorted = match (lookup_entry, version >= 7) {
+            (None, true) => Sorted::Scanned(OnceLock::new()),
+            (Some(_), true) => {
+                return Err(Error::corrupt(
+                    "a lookup section in format version 7, which has none",
+                ))
+            }
+            (None, false) => return Err(Error::corrupt("no lookup section")),
+            (Some(l), false) => {
+                if data_rows != l.row_count {
+                    return Err(Error::corrupt(format!(
+                        "lookup has {} rows but the data sections have {data_rows}",
+                        l.row_count
+                    )));
+                }
+                let schema = match version >= 4 {
+                    true => lookup_schema(),
+                    false => base_schema(),
+                };
+                let lookup =
+                    Batches::new("lookup", l.index_offset, l.index_len, l.row_count, schema);
+                if version < 4 {
+                    lookup.open(&src)?;
+                }
+                Sorted::Lookup(lookup)
+            }
+        };
         let data = if version >= 4 {
             let mut all = sections.iter().filter(|s| s.is_data(version));
             let (Some(d), None) = (all.next(), all.next()) else {
@@ -228,7 +254,6 @@ impl<R: ReadAt> Archive<R> {
             data.open(&src)?;
             Some(data)
         } else {
-            lookup.open(&src)?;
             None
         };
         Ok(Archive {
@@ -238,11 +263,11 @@ impl<R: ReadAt> Archive<R> {
             props,
             blob_end,
             manifest_offset,
-            rows: lookup_entry.row_count,
+            rows: data_rows,
             sections,
             md,
             signed,
-            lookup,
+            sorted,
             data,
             trie: OnceLock::new(),
         })
@@ -416,7 +441,7 @@ impl<R: ReadAt> Archive<R> {
     /// The trie's answer to `ask`, or `None` when it has none to give: there
     /// is no usable trie, or it names other rows than `rows` (lookup rows
     /// before version 4, data rows from then), or a shard the question needs
-    /// is damaged. The caller then asks the lookup.
+    /// is damaged. The caller then asks the slices in path order.
     fn by_trie<T>(
         &self,
         rows: TrieRows,
@@ -436,21 +461,63 @@ impl<R: ReadAt> Archive<R> {
         read_vec(&self.src, s.index_offset, s.index_len, &s.module_name)
     }
 
-    fn lookup_at(&self, row: u64) -> Result<(&LookupBatch, usize)> {
-        let version = self.version;
-        self.lookup
-            .row(&self.src, row, |b| LookupBatch::decode(version, b))
+    /// The `row`th slice in path order: its lookup row before version 7,
+    /// from then its data row.
+    fn lookup_at(&self, row: u64) -> Result<(&KeyBatch, usize)> {
+        match &self.sorted {
+            Sorted::Lookup(lookup) => {
+                let version = self.version;
+                let (b, i) = lookup.row(&self.src, row, |b| LookupBatch::decode(version, b))?;
+                Ok((b.keys(), i))
+            }
+            Sorted::Scanned(order) => {
+                let (b, i) = self.data_at(self.scanned(order, row)?)?;
+                Ok((b.keys(), i))
+            }
+        }
+    }
+
+    /// From version 7: the data row of the `row`th slice in path order. The
+    /// first call decodes the whole data sub-index and sorts its rows; the
+    /// order is kept, the batches are kept by `data` as a `get` keeps them.
+    fn scanned(&self, order: &OnceLock<Vec<u64>>, row: u64) -> Result<u64> {
+        let order = match order.get() {
+            Some(o) => o,
+            None => {
+                let mut keys = Vec::new();
+                for seq in 0..self.rows {
+                    let (b, i) = self.data_at(seq)?;
+                    keys.push((b.keys().path(i), b.keys().key(i).fdata_offset, seq));
+                }
+                keys.sort_unstable();
+                let sorted = keys.into_iter().map(|(_, _, seq)| seq).collect();
+                order.get_or_init(|| sorted)
+            }
+        };
+        order
+            .get(row as usize)
+            .copied()
+            .ok_or_else(|| Error::corrupt(format!("the data sub-index has no row {row}")))
     }
 
     fn lookup_path(&self, row: u64) -> Result<&str> {
         let (b, i) = self.lookup_at(row)?;
-        Ok(b.keys().path(i))
+        Ok(b.path(i))
     }
 
-    /// Lookup row `row` made whole: before version 4 it is, from then its data
-    /// row, which must agree with it.
+    /// The `row`th slice in path order made whole: a lookup row before
+    /// version 4 is, from then its data row holds the rest, and must agree
+    /// with the lookup's.
     fn lookup_row(&self, row: u64) -> Result<SliceRow> {
-        match self.lookup_at(row)? {
+        let lookup = match &self.sorted {
+            Sorted::Lookup(lookup) => lookup,
+            Sorted::Scanned(order) => {
+                let (b, i) = self.data_at(self.scanned(order, row)?)?;
+                return Ok(b.row(i));
+            }
+        };
+        let version = self.version;
+        match lookup.row(&self.src, row, |b| LookupBatch::decode(version, b))? {
             (LookupBatch::Rows(b), i) => Ok(b.row(i)),
             (LookupBatch::Keys(b), i) => {
                 let (path, key) = (b.path(i), b.key(i));
@@ -578,8 +645,8 @@ impl<R: ReadAt> Archive<R> {
                 let mut rows = Vec::new();
                 while r < self.rows {
                     let (b, i) = self.lookup_at(r)?;
-                    if b.keys().path(i) != path {
-                        if b.keys().key(i).fdata_offset != 0 {
+                    if b.path(i) != path {
+                        if b.key(i).fdata_offset != 0 {
                             return Err(cut_short(path));
                         }
                         break;
@@ -650,17 +717,37 @@ impl<R: ReadAt> Archive<R> {
     }
 
     /// Entries (path, size, mode) whose paths start with `prefix`, in byte
-    /// order. Reads the lookup's batches from the first such path on.
+    /// order. From version 7 reads the trie's prefix and the data batches
+    /// that hold its files; before, the lookup's batches from the first such
+    /// path on.
     pub fn entries(&self, prefix: &str) -> Result<Vec<Entry>> {
+        if let Sorted::Scanned(_) = self.sorted {
+            if let Some(found) = self.by_trie(TrieRows::Data, |t, src| t.prefix(src, prefix))? {
+                return found
+                    .into_iter()
+                    .map(|(path, seq)| {
+                        let rows = self.data_run(&path, seq)?;
+                        Ok(Entry {
+                            size: rows
+                                .iter()
+                                .fold(0u64, |n, r| n.saturating_add(r.uncompressed_size)),
+                            mode: rows.last().and_then(|r| r.mode),
+                            slices: rows.len() as u64,
+                            path,
+                        })
+                    })
+                    .collect();
+            }
+        }
         let mut out: Vec<Entry> = Vec::new();
         let mut r = self.lookup_start(prefix)?;
         while r < self.rows {
             let (b, i) = self.lookup_at(r)?;
-            let path = b.keys().path(i);
+            let path = b.path(i);
             if !path.starts_with(prefix) {
                 break;
             }
-            let key = b.keys().key(i);
+            let key = b.key(i);
             match out.last_mut() {
                 Some(e) if e.path == path => {
                     e.size = e.size.saturating_add(key.uncompressed_size);
@@ -823,12 +910,12 @@ impl<R: ReadAt> Archive<R> {
             .map(|s| (s.pkg_type, s.repo.as_str(), s.module_name.as_str()));
         let data = (DEFAULT_PKG_TYPE, DEFAULT_REPO, DEFAULT_MODULE);
         let lookup = (RESERVED_PKG_TYPE, "", LOOKUP);
-        let (first, second) = if self.version >= 4 {
-            (lookup, data)
-        } else {
-            (data, lookup)
+        let trie = (RESERVED_PKG_TYPE, "", TRIE);
+        let fixed: &[_] = match self.version {
+            7.. => &[data, trie],
+            4..=6 => &[lookup, data, trie],
+            _ => &[data, lookup, trie],
         };
-        let fixed = [first, second, (RESERVED_PKG_TYPE, "", TRIE)];
         fixed.iter().all(|f| names.next() == Some(*f))
             && match names.next() {
                 None => true,

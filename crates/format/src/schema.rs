@@ -15,11 +15,10 @@ use crate::error::{Error, Result};
 /// a path at its first data row, and the lookup keeps what a listing shows.
 /// Version 5 cuts the trie into shards, so that a question reads one of them
 /// rather than all of it (`trie.rs`). Version 6 adds package sections
-/// (`package.rs`), and is written only by an archive that has one.
-pub const FORMAT_VERSION: u32 = 6;
-/// The version written for an archive without package sections: the bytes a
-/// version-5 writer made, so that such archives did not change.
-pub const PLAIN_VERSION: u32 = 5;
+/// (`package.rs`), and was written only by an archive that had one. Version 7
+/// drops the lookup (the trie names data rows, which hold the rest) and pads
+/// Arrow buffers to 8 bytes rather than 64; every archive is written in it.
+pub const FORMAT_VERSION: u32 = 7;
 /// Schema-metadata key carrying the format version in every Arrow section.
 pub const VERSION_KEY: &str = "znippy_format_version";
 /// Most rows in one Arrow record batch of any section (docs/format.md, section 4).
@@ -28,7 +27,7 @@ pub const BATCH_ROWS: usize = 65_536;
 /// last hold exactly that many rows, so row `r` lives in batch `r / batch_rows`.
 pub const BATCH_ROWS_KEY: &str = "znippy.batch_rows";
 /// Batch size of the sections a cold `get` decodes one batch of: the lookup
-/// from version 3, and from version 4 the data sub-index instead. 256 rows
+/// in version 3, and from version 4 the data sub-index instead. 256 rows
 /// cost 0.2% more archive than 1,024 on a tree of small files, and a quarter
 /// of the inflating (docs/benchmarks.md). The sections read whole (meta,
 /// manifest, and the data sub-index before version 4) use [`BATCH_ROWS`].
@@ -36,7 +35,7 @@ pub const SMALL_BATCH_ROWS: usize = 256;
 
 /// `pkg_type` of the manifest rows of reserved sections.
 pub const RESERVED_PKG_TYPE: i8 = -128;
-/// Module name of the sorted lookup section.
+/// Module name of the sorted lookup section, versions 1 to 6.
 pub const LOOKUP: &str = "__znippy_lookup__";
 /// Module name of the fst trie section.
 pub const TRIE: &str = "__znippy_trie__";

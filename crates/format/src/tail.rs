@@ -18,8 +18,7 @@ use crate::path;
 use crate::props::ArchiveProps;
 use crate::row::{self, SliceRow};
 use crate::schema::{
-    self, base_schema, lookup_schema, meta_schema, BATCH_ROWS, FORMAT_VERSION, PLAIN_VERSION,
-    SMALL_BATCH_ROWS,
+    self, base_schema, lookup_schema, meta_schema, BATCH_ROWS, FORMAT_VERSION, SMALL_BATCH_ROWS,
 };
 use crate::trie;
 
@@ -58,17 +57,8 @@ pub struct TailInfo {
 }
 
 /// Writes the tail of an archive to `out`, which is positioned at `tail.blob_end`.
-/// An archive with package sections is version 6; one without is version 5,
-/// byte for byte what a version-5 writer made of it.
 pub fn write_tail(out: &mut dyn Write, tail: Tail<'_>) -> Result<TailInfo> {
-    write_tail_as(out, tail, version_of(&tail)).map(|(info, _)| info)
-}
-
-fn version_of(tail: &Tail<'_>) -> u32 {
-    match tail.packages.is_empty() {
-        true => PLAIN_VERSION,
-        false => FORMAT_VERSION,
-    }
+    write_tail_as(out, tail, FORMAT_VERSION).map(|(info, _)| info)
 }
 
 /// [`write_tail`], then a signature section holding what `sign` makes of
@@ -80,7 +70,7 @@ pub fn write_signed_tail(
     tail: Tail<'_>,
     sign: &dyn Fn(&[u8]) -> Result<Vec<u8>>,
 ) -> Result<TailInfo> {
-    let version = version_of(&tail);
+    let version = FORMAT_VERSION;
     let (info, manifest) = write_tail_as(out, tail, version)?;
     let signature = sign(&crate::signed_content(&info.identity))?;
     let archive_len = crate::signature::write_signatures(
@@ -105,15 +95,16 @@ const LOOKUP_BATCH_ROWS_BEFORE_V3: usize = 1_024;
 /// lookup's buffers are plain, in batches of 1,024 rows. Before version 4 the
 /// data sub-index comes first, in batches of 65,536 rows, the lookup repeats
 /// every base column, and the trie names lookup rows. Before version 5 the
-/// trie is one map.
+/// trie is one map. Before version 7 there is a lookup, and Arrow buffers are
+/// padded to 64 bytes.
 /// Returns also the manifest it wrote, which a signature repeats.
 pub(crate) fn write_tail_as(
     out: &mut dyn Write,
     tail: Tail<'_>,
     version: u32,
 ) -> Result<(TailInfo, manifest::Read)> {
-    // The checks and the data sub-index need nothing from the lookup and the
-    // trie: they are made side by side, on the cores the compression pool
+    // The checks and the data sub-index need nothing from the trie (and,
+    // before version 7, the lookup): they are made side by side, on the cores the compression pool
     // has just left, and nothing is written until both are done. The bytes
     // depend on the rows only, not on which thread made them.
     let (checked_data, index) = std::thread::scope(|s| {
@@ -143,7 +134,7 @@ pub(crate) fn write_tail_as(
                 "format version {version} has no package sections"
             )));
         }
-        // Before the lookup: nothing a `get` reads lies among them.
+        // First: nothing a `get` reads lies among them.
         let files = first_rows(tail.rows);
         for (key, table) in &tail.packages.tables {
             let bytes = ipc::encode(
@@ -157,15 +148,19 @@ pub(crate) fn write_tail_as(
             sections.push(w.section(key.0, &key.1, &table.name, &bytes, n)?);
         }
     }
-    if version >= 4 {
+    match lookup {
         // The lookup goes first, so that the data sub-index's Arrow footer,
         // the trie and the manifest, all a `get` reads besides one data batch,
         // end the archive together (a remote reader's first request).
-        sections.push(w.reserved(schema::LOOKUP, &lookup, rows)?);
-        sections.push(w.data(&data, rows)?);
-    } else {
-        sections.push(w.data(&data, rows)?);
-        sections.push(w.reserved(schema::LOOKUP, &lookup, rows)?);
+        Some(lookup) if version >= 4 => {
+            sections.push(w.reserved(schema::LOOKUP, &lookup, rows)?);
+            sections.push(w.data(&data, rows)?);
+        }
+        Some(lookup) => {
+            sections.push(w.data(&data, rows)?);
+            sections.push(w.reserved(schema::LOOKUP, &lookup, rows)?);
+        }
+        None => sections.push(w.data(&data, rows)?),
     }
     sections.push(w.reserved(schema::TRIE, &trie, paths)?);
 
@@ -229,39 +224,43 @@ fn encode_data(rows: &[SliceRow], version: u32) -> Result<Vec<u8>> {
 
 /// The sections a path is looked up through.
 struct Index {
-    lookup: Vec<u8>,
+    /// None from version 7.
+    lookup: Option<Vec<u8>>,
     trie: Vec<u8>,
     /// Distinct paths: the trie's keys.
     paths: u64,
 }
 
-/// The lookup (rows by path) and the trie (each path's first slice).
+/// The lookup (rows by path, before version 7) and the trie (each path's
+/// first slice).
 fn encode_index(rows: &[SliceRow], version: u32) -> Result<Index> {
     let mut sorted: Vec<&SliceRow> = rows.iter().collect();
     sorted.sort_unstable_by(|a, b| {
         (a.relative_path.as_str(), a.fdata_offset).cmp(&(b.relative_path.as_str(), b.fdata_offset))
     });
-    let lookup = if version >= 4 {
-        ipc::encode(
+    let lookup = if version >= 7 {
+        None
+    } else if version >= 4 {
+        Some(ipc::encode(
             &lookup_schema(),
             &row::to_lookup_batch(sorted.iter().copied())?,
             Body::Zstd,
             SMALL_BATCH_ROWS,
             version,
-        )?
+        )?)
     } else {
         let (body, batch_rows) = if version == 3 {
             (Body::Zstd, SMALL_BATCH_ROWS)
         } else {
             (Body::Plain, LOOKUP_BATCH_ROWS_BEFORE_V3)
         };
-        ipc::encode(
+        Some(ipc::encode(
             &base_schema(),
             &row::to_batch(sorted.iter().copied())?,
             body,
             batch_rows,
             version,
-        )?
+        )?)
     };
 
     // Each path's first slice: from version 4 the trie names its data row

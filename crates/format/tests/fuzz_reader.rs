@@ -263,6 +263,27 @@ fn seeds() -> Vec<(Vec<u8>, Seed)> {
     };
     let all: Files = files.iter().cloned().collect();
     let first5: Files = files[..5].iter().cloned().collect();
+    // Versions 5 and 6, with their lookups (tests/versions.rs pins them).
+    let fixture = |name: &str| {
+        let bytes = std::fs::read(
+            Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("tests/data")
+                .join(name),
+        )
+        .unwrap();
+        let a = Archive::open(bytes.as_slice()).unwrap();
+        let files: Files = a
+            .list("")
+            .unwrap()
+            .into_iter()
+            .map(|p| {
+                let mut out = Vec::new();
+                a.read_file(&p, &mut out).unwrap();
+                (p, out)
+            })
+            .collect();
+        (bytes, files)
+    };
     [
         (signed, first5.clone()),
         (with_meta, all.clone()),
@@ -270,6 +291,8 @@ fn seeds() -> Vec<(Vec<u8>, Seed)> {
         (two_batches, all.clone()),
         (empty, Files::new()),
         (packages, all),
+        fixture("v5.znippy"),
+        fixture("v6.znippy"),
     ]
     .into_iter()
     .map(|(bytes, files)| {

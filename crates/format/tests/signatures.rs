@@ -57,7 +57,7 @@ fn signing_keeps_every_byte_it_signs_and_adds_in_order() {
     // The layout is a function of the signed part and the signatures.
     assert_eq!(
         format!("{:x}", Sha256::digest(&bytes)),
-        "52144c95f77d2c598238227021c59c5ccc7cf5214cececb656517c2f37d086a2",
+        "dc48cef84d7211ff423ee2b2813376bf9dbcc65ec5a7dcdb040966d7367aab4a",
         "signed archive bytes changed"
     );
 }

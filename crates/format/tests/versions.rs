@@ -1,6 +1,5 @@
-//! Format versions: this writer writes version 5 (the trie in shards) in
-//! every section, and archives written by earlier versions still read and
-//! verify.
+//! Format versions: this writer writes version 7 (no lookup) in every
+//! section, and archives written by earlier versions still read and verify.
 //!
 //! `data/v1.znippy` and `data/v2.znippy` are archives written by the version-2
 //! writer (`znippy compress --threads 1`, 2026-12-03) from the tree that
@@ -8,7 +7,9 @@
 //! `data/v3.znippy` is the version-2 tree written by the version-3 writer
 //! (2026-12-04), and `data/v4.znippy` the same tree by the version-4 writer
 //! (`znippy compress DIR --threads 1 --chunk-size 2097152 --meta
-//! a.txt=lang=en --meta-archive built=42`, 2026-12-05). Their bytes are
+//! a.txt=lang=en --meta-archive built=42`, 2026-12-05). `data/v5.znippy` is
+//! that tree and command by the version-5 writer, and `data/v6.znippy` the
+//! same with a wheel beside it, `--repo pypi` (2026-12-06). Their bytes are
 //! pinned, so a test that still passes reads the real thing.
 
 mod common;
@@ -18,7 +19,7 @@ use std::fs;
 use common::small_props;
 use sha2::{Digest, Sha256};
 use znippy_format::{
-    append, compress, Archive, InputFile, Kind, MetaTable, MetaUpdate, MetaValue, Metadata,
+    append, compress, Archive, InputFile, Kind, MetaTable, MetaUpdate, MetaValue, Metadata, LOOKUP,
     S_IFDIR, S_IFLNK, TRIE,
 };
 
@@ -68,7 +69,7 @@ fn read(a: &Archive<&[u8]>, path: &str) -> Vec<u8> {
 }
 
 #[test]
-fn this_writer_writes_version_5_with_or_without_links() {
+fn this_writer_writes_version_7_with_or_without_links() {
     for extra in [None, Some(("l", b"a".to_vec(), S_IFLNK | 0o777))] {
         let mut files = vec![InputFile::from_bytes("a", b"x".to_vec(), Some(0o644))];
         if let Some((p, b, m)) = extra {
@@ -84,8 +85,10 @@ fn this_writer_writes_version_5_with_or_without_links() {
             &mut |_| {},
         )
         .unwrap();
-        assert_eq!(section_version(&out), "5");
-        assert_eq!(Archive::open(out.as_slice()).unwrap().format_version(), 5);
+        assert_eq!(section_version(&out), "7");
+        let a = Archive::open(out.as_slice()).unwrap();
+        assert_eq!(a.format_version(), 7);
+        assert!(a.sections().iter().all(|s| s.module_name != LOOKUP));
     }
 }
 
@@ -112,6 +115,16 @@ fn archives_of_earlier_versions_read_and_verify() {
             4,
             "9e724aabae33128ef118dbdc33b5be72091b4f35417eff89e80eba503c2508ae",
         ),
+        (
+            "v5.znippy",
+            5,
+            "c156e4a86f7c35078dc19a15e1c94b6777978bb02e55f3df7768b5240d46cd52",
+        ),
+        (
+            "v6.znippy",
+            6,
+            "b571dee163dfb8d2ac367f0a1d9fc4e9511ef1edb4419a50a8c48c3011f9efab",
+        ),
     ] {
         let bytes = data(name);
         assert_eq!(format!("{:x}", Sha256::digest(&bytes)), sha, "{name}");
@@ -119,8 +132,12 @@ fn archives_of_earlier_versions_read_and_verify() {
         assert_eq!(a.format_version(), version, "{name}");
         assert_eq!(section_version(&bytes), version.to_string());
         // `verify` rebuilds the tail in the archive's own version: a version-1
-        // tail rebuilt as version 5 would differ in every lookup byte.
-        let slices = if version == 1 { 4 } else { 6 };
+        // tail rebuilt as version 7 would have no lookup.
+        let slices = match version {
+            1 => 4,
+            6 => 7,
+            _ => 6,
+        };
         assert_eq!(a.verify(2).unwrap(), slices, "{name}");
         for (path, content) in old_tree() {
             assert_eq!(read(&a, path), content, "{name}: {path}");
@@ -141,14 +158,25 @@ fn archives_of_earlier_versions_read_and_verify() {
             want.push(("l".into(), Kind::Symlink));
             assert_eq!(read(&a, "l"), b"a.txt");
         }
+        if version == 6 {
+            let wheel = "demo-1.0-py3-none-any.whl";
+            want.insert(3, (wheel.into(), Kind::File));
+            let rows: Vec<_> = a
+                .packages()
+                .unwrap()
+                .rows()
+                .map(|(k, _, r)| (k.clone(), r.path.clone()))
+                .collect();
+            assert_eq!(rows, [((2, "pypi".to_string()), wheel.to_string())]);
+        }
         assert_eq!(kinds, want, "{name}");
     }
 }
 
 /// An append rewrites the whole tail, so a version-1 archive grown by one
-/// batch is byte for byte the version-5 archive of both batches.
+/// batch is byte for byte the version-7 archive of both batches.
 #[test]
-fn an_append_to_a_version_1_archive_writes_version_5() {
+fn an_append_to_a_version_1_archive_writes_version_7() {
     let tmp = tempfile::tempdir().unwrap();
     let p = tmp.path().join("a.znippy");
     fs::write(&p, data("v1.znippy")).unwrap();
@@ -171,7 +199,7 @@ fn an_append_to_a_version_1_archive_writes_version_5() {
     let props = Archive::open(data("v1.znippy").as_slice()).unwrap().props();
     append(&p, second(), MetaUpdate::default(), 1, &mut |_| {}).unwrap();
     let appended = fs::read(&p).unwrap();
-    assert_eq!(section_version(&appended), "5");
+    assert_eq!(section_version(&appended), "7");
 
     let first = old_tree()
         .into_iter()

@@ -85,14 +85,17 @@ async fn in_place_seal_costs_the_same_for_payloads_100x_apart() {
     assert!(read_l < blobs_s, "seal reads no blob: {read_l} bytes read");
     // Written: the tail (plus the catalog's own pages). The tail's one
     // zstd-compressed section (the data index) holds offsets that grow with the
-    // payload, so its length may move by a few bytes; everything else is equal.
+    // payload: a hundred times the payload gives them another significant
+    // byte, which zstd takes back only in part (240 bytes on 20 KB, since the
+    // lookup left in format version 7 and buffers stopped padding to 64);
+    // everything else is equal.
     let drift = written_s.abs_diff(written_l);
     assert!(
         drift * 100 < written_s,
         "written {written_s} vs {written_l}"
     );
     assert!(
-        tail_s.abs_diff(tail_l) * 100 < tail_s,
+        tail_s.abs_diff(tail_l) * 50 < tail_s,
         "tail {tail_s} vs {tail_l}"
     );
     eprintln!("seal: read {read_s}/{read_l} B, wrote {written_s}/{written_l} B, tails {tail_s}/{tail_l} B, blobs {blobs_s}/{blobs_l} B");

@@ -15,8 +15,8 @@ use arrow_array::builder::{
 use arrow_array::{ArrayRef, RecordBatch};
 use arrow_ipc::writer::FileWriter;
 use znippy_format::{
-    base_schema, compress, lookup_schema, manifest_schema, ArchiveProps, InputFile, MetaTable,
-    Metadata, ReadAt, SliceRow, LOOKUP, RESERVED_PKG_TYPE, TRIE,
+    base_schema, compress, manifest_schema, ArchiveProps, InputFile, MetaTable, Metadata, ReadAt,
+    SliceRow, RESERVED_PKG_TYPE, TRIE,
 };
 // Each test binary takes what it needs of these.
 #[allow(unused_imports)]
@@ -125,27 +125,6 @@ pub fn rows_batch(rows: &[SliceRow]) -> RecordBatch {
     RecordBatch::try_new(base_schema(), arrays).unwrap()
 }
 
-/// The lookup's columns of `rows` (format version 4).
-pub fn keys_batch(rows: &[SliceRow]) -> RecordBatch {
-    let mut path = StringBuilder::new();
-    let mut cols: Vec<UInt64Builder> = (0..3).map(|_| UInt64Builder::new()).collect();
-    let mut mode = UInt32Builder::new();
-    for r in rows {
-        path.append_value(&r.relative_path);
-        for (b, v) in cols
-            .iter_mut()
-            .zip([r.chunk_seq, r.fdata_offset, r.uncompressed_size])
-        {
-            b.append_value(v);
-        }
-        mode.append_option(r.mode);
-    }
-    let mut arrays: Vec<ArrayRef> = vec![Arc::new(path.finish())];
-    arrays.extend(cols.iter_mut().map(|b| Arc::new(b.finish()) as ArrayRef));
-    arrays.push(Arc::new(mode.finish()));
-    RecordBatch::try_new(lookup_schema(), arrays).unwrap()
-}
-
 pub fn ipc_bytes(batch: &RecordBatch) -> Vec<u8> {
     let mut out = Vec::new();
     let mut w = FileWriter::try_new(&mut out, &batch.schema()).unwrap();
@@ -222,8 +201,9 @@ pub fn assemble(
     out
 }
 
-/// A hand-made archive with the given rows (data and lookup both `rows` as given) and
-/// no trie: lets a test put paths or numbers in an archive that our writer refuses.
+/// A hand-made archive with the given rows as its data sub-index and no
+/// trie: lets a test put paths or numbers in an archive that our writer
+/// refuses.
 pub fn craft(blobs: &[u8], rows: &[SliceRow], props: ArchiveProps) -> Vec<u8> {
     assemble(blobs, &crafted_sections(rows), props, &|_| {})
 }
@@ -246,23 +226,15 @@ pub fn craft_with_trie(
     assemble(blobs, &sections, props, &|_| {})
 }
 
-/// The data and lookup sections of [`craft`].
+/// The data sub-index of [`craft`], the only section a version-7 archive
+/// needs.
 fn crafted_sections(rows: &[SliceRow]) -> Vec<RawSection> {
-    let n = rows.len() as u64;
-    vec![
-        RawSection {
-            pkg_type: 0,
-            module: "files".into(),
-            bytes: ipc_bytes(&rows_batch(rows)),
-            rows: n,
-        },
-        RawSection {
-            pkg_type: RESERVED_PKG_TYPE,
-            module: LOOKUP.into(),
-            bytes: ipc_bytes(&keys_batch(rows)),
-            rows: n,
-        },
-    ]
+    vec![RawSection {
+        pkg_type: 0,
+        module: "files".into(),
+        bytes: ipc_bytes(&rows_batch(rows)),
+        rows: rows.len() as u64,
+    }]
 }
 
 /// A version-5 trie section of `keys` in shards of `shard_keys`, laid out
