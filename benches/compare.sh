@@ -10,7 +10,7 @@
 #   BENCH_DIR       work dir, needs ~15 GB free with set d (default /tmp/znippy-bench)
 #   BENCH_OUT       extractions go to $BENCH_OUT/znippy-bench-out (default: BENCH_DIR);
 #                   e.g. /dev/shm to time the tools rather than the file system
-#   BENCH_SETS      data sets to run, any of "a b c d e" (default "a b c d e")
+#   BENCH_SETS      data sets to run, any of "a b c d e f g" (default all)
 #   BENCH_QUICK=1   1 timed run instead of 3, and skip set d
 #   BENCH_RUNS      timed runs per measurement (default 3, or 1 with BENCH_QUICK)
 #   BENCH_SHORT_RUNS  timed runs of a measurement whose warm-up took under 1 s
@@ -21,6 +21,7 @@
 #   BENCH_C_DUP_MB  set c: MB of those copied again under dup/ (default 200)
 #   BENCH_D_GIB     set d: size of the generated file in GiB (default 4)
 #   BENCH_E_FILES   set e: number of files (default 20000)
+#   BENCH_F_FILES   set f: number of files (default 100000)
 #   BENCH_ZNIPPY_ARGS  more arguments for every `znippy compress`, split on
 #                   spaces (e.g. "--chunk-size 1048576"; default none)
 #
@@ -30,6 +31,8 @@
 #   c  shared libraries (binaries), symlinks skipped, part of them duplicated
 #   d  one generated file, half text and half random, for peak memory
 #   e  generated small JSON files, 30 to 500 bytes each (BENCH_E_FILES of them)
+#   f  generated tiny files, 0 to 64 bytes each (BENCH_F_FILES of them)
+#   g  the machine's man pages (/usr/share/man, regular files only)
 #
 # Every tool reads the same copy of the data from the page cache: it is run once
 # untimed (warm-up), then timed; the median is reported. Archives and output
@@ -41,7 +44,8 @@ repo_root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 ZNIPPY=${ZNIPPY:-$repo_root/target/release/znippy}
 BENCH_DIR=${BENCH_DIR:-/tmp/znippy-bench}
 BENCH_QUICK=${BENCH_QUICK:-0}
-BENCH_SETS=${BENCH_SETS:-a b c d e}
+ALL_SETS="a b c d e f g"
+BENCH_SETS=${BENCH_SETS:-$ALL_SETS}
 if [[ $BENCH_QUICK == 1 ]]; then
     RUNS=${BENCH_RUNS:-1}
     BENCH_SETS=${BENCH_SETS//d/}
@@ -56,6 +60,7 @@ C_MB=${BENCH_C_MB:-800}
 C_DUP_MB=${BENCH_C_DUP_MB:-200}
 D_GIB=${BENCH_D_GIB:-4}
 E_FILES=${BENCH_E_FILES:-20000}
+F_FILES=${BENCH_F_FILES:-100000}
 ZNIPPY_ARGS=${BENCH_ZNIPPY_ARGS:-}
 CARGO_DIR=${CARGO_HOME:-$HOME/.cargo}
 NPROC=$(nproc)
@@ -377,6 +382,37 @@ EOF
     DESC[e]="$E_FILES generated JSON records of 30 to 500 bytes, 50 to a directory"
 }
 
+# F_FILES files of 0 to 64 bytes, words of a small vocabulary, 100 to a
+# directory: the smallest files a tree holds (config fragments, lock files,
+# markers), where everything but the bytes is index. Deterministic.
+prepare_f() {
+    rm -rf "$DATA/f"
+    python3 - "$DATA/f" "$F_FILES" <<'EOF'
+import os, random, sys
+root, n = sys.argv[1], int(sys.argv[2])
+rng = random.Random(20261206)
+words = ["".join(rng.choice("abcdefghij") for _ in range(rng.randint(2, 7))) for _ in range(500)]
+for i in range(n):
+    d = os.path.join(root, f"d{i // 100:04}")
+    if i % 100 == 0:
+        os.makedirs(d)
+    size = rng.randint(0, 64)
+    text = ""
+    while len(text) < size:
+        text += rng.choice(words) + " "
+    with open(os.path.join(d, f"{rng.choice(words)}-{i}.txt"), "w") as f:
+        f.write(text[:size])
+EOF
+    DESC[f]="$F_FILES generated files of 0 to 64 bytes, 100 to a directory"
+}
+
+prepare_g() {
+    [[ -d /usr/share/man ]] || die "no /usr/share/man"
+    rm -rf "$DATA/g"
+    copy_files /usr/share/man "$DATA/g/man"
+    DESC[g]="\`/usr/share/man\` (regular files only; gzip'd man pages)"
+}
+
 # Prints "files bytes distinct_bytes" of a directory (distinct: by content hash).
 dir_stats() {
     python3 - "$1" <<'EOF'
@@ -404,7 +440,7 @@ EOF
 # Measurements
 # ---------------------------------------------------------------------------
 
-declare -A IN_FILES IN_BYTES IN_DISTINCT CT DT SZ BLOB INDEX_PER_FILE SPREAD OTHER
+declare -A IN_FILES IN_BYTES IN_DISTINCT CT DT SZ BLOB INDEX_PER_FILE INDEX_NO_HASH SLICES SPREAD OTHER
 
 # spread OP SECONDS...: logs the samples to $SAMPLES (with $set and $tool from the
 # caller) and prints " (min–max)", or nothing for a single run.
@@ -452,8 +488,11 @@ bench_set() {
         SPREAD[$set:$tool:c]=$(spread compress "${times[@]}")
         SZ[$set:$tool]=$(stat -c %s "$arc")
         if [[ $tool == znippy ]]; then
-            BLOB[$set]=$("$ZNIPPY" info "$arc" | sed -n 's/^blob region .*(\([0-9]*\) bytes)$/\1/p')
-            INDEX_PER_FILE[$set]=$("$ZNIPPY" info "$arc" | sed -n 's/^index .*, \([0-9]*\) per file)$/\1/p')
+            info=$("$ZNIPPY" info "$arc")
+            BLOB[$set]=$(sed -n 's/^blob region .*(\([0-9]*\) bytes)$/\1/p' <<<"$info")
+            INDEX_PER_FILE[$set]=$(sed -n 's/^index .*, \([0-9]*\) per file; .*$/\1/p' <<<"$info")
+            INDEX_NO_HASH[$set]=$(sed -n 's/^index .*; \([0-9]*\) without .*$/\1/p' <<<"$info")
+            SLICES[$set]=$(sed -n 's/^slices *\([0-9]*\)$/\1/p' <<<"$info")
         fi
 
         rm -rf "$out"
@@ -734,7 +773,7 @@ report() {
     echo
     echo "| set | what | files | bytes | distinct content | other CPU-s / stolen s during the set |"
     echo "|---|---|---|---|---|---|"
-    for set in a b c d e; do
+    for set in $ALL_SETS; do
         [[ -n ${IN_BYTES[$set]:-} ]] || continue
         if [[ -n ${IN_DISTINCT[$set]:-} ]]; then
             echo "| $set | ${DESC[$set]} | ${IN_FILES[$set]} | $(mb "${IN_BYTES[$set]}") MB | $(mb "${IN_DISTINCT[$set]}") MB | $(other_words "$set") |"
@@ -743,7 +782,7 @@ report() {
         fi
     done
 
-    for set in a b c e; do
+    for set in ${ALL_SETS/d/}; do
         [[ -n ${CT[$set:znippy]:-} ]] || continue
         in=${IN_BYTES[$set]}
         echo
@@ -751,7 +790,8 @@ report() {
         echo
         echo "Input $(mb "$in") MB in ${IN_FILES[$set]} files. MB/s = input MB / wall seconds ($RUNS_WORDS)."
         if [[ -n ${BLOB[$set]:-} ]]; then
-            echo "The znippy archive is $(mb "${BLOB[$set]}") MB of compressed blobs and $(mb "${SZ[$set:znippy]} - ${BLOB[$set]}") MB of index, ${INDEX_PER_FILE[$set]} bytes per file (\`znippy info\`)."
+            echo "The znippy archive is $(mb "${BLOB[$set]}") MB of compressed blobs and $(mb "${SZ[$set:znippy]} - ${BLOB[$set]}") MB of index, ${INDEX_PER_FILE[$set]} bytes per file, ${INDEX_NO_HASH[$set]} without the 32-byte BLAKE3 of each slice (\`znippy info\`)."
+            echo "Without those ${SLICES[$set]} BLAKE3s it is $(mb "$((SZ[$set:znippy] - 32 * SLICES[$set]))") MB (the targets below compare it with tar | zstd and squashfs)."
         fi
         echo
         echo "| tool | archive MB | % of input | compress s$SPREAD_HDR | compress MB/s | decompress s$SPREAD_HDR | decompress MB/s |"
@@ -869,7 +909,7 @@ report() {
     else
         target "full decompress on (a) no slower than zstd -dc \| tar -x" skip "set a not run"
     fi
-    for set in a e; do
+    for set in ${ALL_SETS/d/}; do
         if [[ -n ${CT[$set:znippy]:-} ]]; then
             target "one-file get on ($set) no slower than unsquashfs (mean of $GET_SAMPLES files)" "$(ge "${MS[get$set:2]}" "${MS[get$set:0]}")" \
                 "$(fmt '%.1f' "${MS[get$set:0]}") ms vs $(fmt '%.1f' "${MS[get$set:2]}") ms"
@@ -879,12 +919,17 @@ report() {
                 target "one-file get on ($set) no slower than unsquashfs on any of $GET_SAMPLES files, in pairs" "$((GET_SLOWER[$set] == 0))" \
                     "slower on ${GET_SLOWER[$set]} of $GET_SAMPLES"
             fi
+        else
+            target "one-file get on ($set) no slower than unsquashfs" skip "set $set not run"
+        fi
+    done
+    for set in a e; do
+        if [[ -n ${CT[$set:znippy]:-} ]]; then
             z=${SZ[$set:znippy]}
             tz=${SZ[$set:tarzstd]}
             target "archive size on ($set) within 2% of tar \| zstd" "$(ge "$(calc "1.02 * $tz")" "$z")" \
                 "$(mb "$z") MB vs $(mb "$tz") MB ($(fmt '%+.1f%%' "100 * ($z / $tz - 1)"))"
         else
-            target "one-file get on ($set) no slower than unsquashfs" skip "set $set not run"
             target "archive size on ($set) within 2% of tar \| zstd" skip "set $set not run"
         fi
     done
@@ -896,6 +941,17 @@ report() {
     else
         target "archive size on (c) smaller than tar \| zstd" skip "set c not run"
     fi
+    # Issue 49: the archive without the 32-byte BLAKE3 of each slice, on
+    # every set, against the smaller of tar | zstd and squashfs.
+    local nohash smaller
+    for set in ${ALL_SETS/d/}; do
+        if [[ -n ${SLICES[$set]:-} && -n ${SZ[$set:squashfs]:-} ]]; then
+            nohash=$((SZ[$set:znippy] - 32 * SLICES[$set]))
+            smaller=$((SZ[$set:tarzstd] < SZ[$set:squashfs] ? SZ[$set:tarzstd] : SZ[$set:squashfs]))
+            target "archive size without the BLAKE3s on ($set) ≤ the smaller of tar \| zstd and squashfs" "$(ge "$smaller" "$nohash")" \
+                "$(mb "$nohash") MB vs $(mb "$smaller") MB ($(fmt '%+.1f%%' "100 * ($nohash / $smaller - 1)")); index ${INDEX_NO_HASH[$set]} B a file"
+        fi
+    done
     if [[ -n ${MEM[ct:znippy]:-} ]]; then
         target "peak RSS of compress on (d) < 300 MiB" "$(lt "${MEM[cr:znippy]}" 307200)" "$(mib "${MEM[cr:znippy]}") MiB"
         target "peak RSS of decompress on (d) < 300 MiB" "$(lt "${MEM[dr:znippy]}" 307200)" "$(mib "${MEM[dr:znippy]}") MiB"
@@ -958,7 +1014,7 @@ main() {
 
     local set m0 run0 o st
     run0=$(cpu_mark)
-    for set in a b c d e; do
+    for set in $ALL_SETS; do
         has_set "$set" || continue
         log "set $set: preparing"
         "prepare_$set"
@@ -967,9 +1023,7 @@ main() {
             bench_memory
         else
             bench_set "$set"
-            if [[ $set == a || $set == e ]]; then
-                bench_get "$set"
-            fi
+            bench_get "$set"
             if [[ $set == a ]]; then
                 bench_list_verify
             fi
