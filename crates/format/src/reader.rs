@@ -617,22 +617,53 @@ impl<R: ReadAt> Archive<R> {
     /// row `seq`, where the trie says the first is.
     fn data_run(&self, path: &str, seq: u64) -> Result<Vec<SliceRow>> {
         let mut rows = Vec::new();
+        self.walk_data(path, seq, |b, i| rows.push(b.row(i)))?;
+        Ok(rows)
+    }
+
+    /// From version 7: `path`'s entry, from its rows as [`Archive::data_run`]
+    /// finds them, without copying them.
+    fn data_entry(&self, path: String, seq: u64) -> Result<Entry> {
+        let (mut size, mut mode, mut slices) = (0u64, None, 0);
+        self.walk_data(&path, seq, |b, i| {
+            let key = b.keys().key(i);
+            size = size.saturating_add(key.uncompressed_size);
+            mode = key.mode;
+            slices += 1;
+        })?;
+        Ok(Entry {
+            path,
+            size,
+            mode,
+            slices,
+        })
+    }
+
+    /// Hands `each` the rows of `path` from data row `seq` on, while they are
+    /// its. None is an error (the trie named another file's row), and so is
+    /// a run followed by the middle of another file.
+    fn walk_data(
+        &self,
+        path: &str,
+        seq: u64,
+        mut each: impl FnMut(&RowBatch, usize),
+    ) -> Result<()> {
         let mut s = seq;
         while s < self.rows {
             let (b, i) = self.data_at(s)?;
             if b.keys().path(i) != path {
-                if !rows.is_empty() && b.keys().key(i).fdata_offset != 0 {
+                if s > seq && b.keys().key(i).fdata_offset != 0 {
                     return Err(cut_short(path));
                 }
                 break;
             }
-            rows.push(b.row(i));
+            each(b, i);
             s += 1;
         }
-        if rows.is_empty() {
+        if s == seq {
             return Err(trie_disagrees(path));
         }
-        Ok(rows)
+        Ok(())
     }
 
     /// The slice rows of `path`, in file order, or [`Error::NotFound`].
@@ -725,17 +756,7 @@ impl<R: ReadAt> Archive<R> {
             if let Some(found) = self.by_trie(TrieRows::Data, |t, src| t.prefix(src, prefix))? {
                 return found
                     .into_iter()
-                    .map(|(path, seq)| {
-                        let rows = self.data_run(&path, seq)?;
-                        Ok(Entry {
-                            size: rows
-                                .iter()
-                                .fold(0u64, |n, r| n.saturating_add(r.uncompressed_size)),
-                            mode: rows.last().and_then(|r| r.mode),
-                            slices: rows.len() as u64,
-                            path,
-                        })
-                    })
+                    .map(|(path, seq)| self.data_entry(path, seq))
                     .collect();
             }
         }

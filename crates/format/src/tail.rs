@@ -70,14 +70,13 @@ pub fn write_signed_tail(
     tail: Tail<'_>,
     sign: &dyn Fn(&[u8]) -> Result<Vec<u8>>,
 ) -> Result<TailInfo> {
-    let version = FORMAT_VERSION;
-    let (info, manifest) = write_tail_as(out, tail, version)?;
+    let (info, manifest) = write_tail_as(out, tail, FORMAT_VERSION)?;
     let signature = sign(&crate::signed_content(&info.identity))?;
     let archive_len = crate::signature::write_signatures(
         out,
         &manifest,
         info.archive_len,
-        version,
+        FORMAT_VERSION,
         &[signature],
     )?;
     Ok(TailInfo {
@@ -104,9 +103,10 @@ pub(crate) fn write_tail_as(
     version: u32,
 ) -> Result<(TailInfo, manifest::Read)> {
     // The checks and the data sub-index need nothing from the trie (and,
-    // before version 7, the lookup): they are made side by side, on the cores the compression pool
-    // has just left, and nothing is written until both are done. The bytes
-    // depend on the rows only, not on which thread made them.
+    // before version 7, the lookup): they are made side by side, on the
+    // cores the compression pool has just left, and nothing is written until
+    // both are done. The bytes depend on the rows only, not on which thread
+    // made them.
     let (checked_data, index) = std::thread::scope(|s| {
         let side = s.spawn(|| {
             check_rows(&tail, version)?;
