@@ -461,7 +461,7 @@ runs_after() { awk -v t="$1" -v r="$RUNS" -v s="$SHORT_RUNS" 'BEGIN { print (t <
 # bench_set SET: compress and fully decompress SET with every tool.
 bench_set() {
     local set=$1 dir=$DATA/$1 tool arc out c d i n t times
-    local stats files bytes distinct
+    local stats files bytes distinct info
     stats=$(dir_stats "$dir")
     read -r files bytes distinct <<<"$stats"
     IN_FILES[$set]=$files

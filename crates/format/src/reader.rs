@@ -463,7 +463,7 @@ impl<R: ReadAt> Archive<R> {
 
     /// The `row`th slice in path order: its lookup row before version 7,
     /// from then its data row.
-    fn lookup_at(&self, row: u64) -> Result<(&KeyBatch, usize)> {
+    fn sorted_at(&self, row: u64) -> Result<(&KeyBatch, usize)> {
         match &self.sorted {
             Sorted::Lookup(lookup) => {
                 let version = self.version;
@@ -500,15 +500,15 @@ impl<R: ReadAt> Archive<R> {
             .ok_or_else(|| Error::corrupt(format!("the data sub-index has no row {row}")))
     }
 
-    fn lookup_path(&self, row: u64) -> Result<&str> {
-        let (b, i) = self.lookup_at(row)?;
+    fn sorted_path(&self, row: u64) -> Result<&str> {
+        let (b, i) = self.sorted_at(row)?;
         Ok(b.path(i))
     }
 
     /// The `row`th slice in path order made whole: a lookup row before
     /// version 4 is, from then its data row holds the rest, and must agree
     /// with the lookup's.
-    fn lookup_row(&self, row: u64) -> Result<SliceRow> {
+    fn sorted_row(&self, row: u64) -> Result<SliceRow> {
         let lookup = match &self.sorted {
             Sorted::Lookup(lookup) => lookup,
             Sorted::Scanned(order) => {
@@ -554,12 +554,13 @@ impl<R: ReadAt> Archive<R> {
         Ok((b, i))
     }
 
-    /// First lookup row whose path is not less than `key` (binary search).
+    /// First slice in path order whose path is not less than `key` (binary
+    /// search; a lookup row before version 7).
     fn partition(&self, key: &str) -> Result<u64> {
         let (mut lo, mut hi) = (0u64, self.rows);
         while lo < hi {
             let mid = lo + (hi - lo) / 2;
-            if self.lookup_path(mid)? < key {
+            if self.sorted_path(mid)? < key {
                 lo = mid + 1;
             } else {
                 hi = mid;
@@ -568,18 +569,19 @@ impl<R: ReadAt> Archive<R> {
         Ok(lo)
     }
 
-    /// First lookup row whose path is not less than `prefix`. Before version
-    /// 4 the trie names a path's first lookup row; from then its first data
-    /// row, which in an archive written in one batch (every `compress`) is
-    /// the same number. Either way the row is only taken when the lookup
-    /// agrees that it is that path's first; otherwise a binary search finds it.
-    fn lookup_start(&self, prefix: &str) -> Result<u64> {
+    /// First slice in path order whose path is not less than `prefix`.
+    /// Before version 4 the trie names a path's first lookup row; from then
+    /// its first data row, which in an archive written in one batch (every
+    /// `compress`) is the same number. Either way the row is only taken when
+    /// the order agrees that it is that path's first; otherwise a binary
+    /// search finds it.
+    fn sorted_start(&self, prefix: &str) -> Result<u64> {
         if let Some(Some((path, r))) =
             self.by_trie(TrieRows::Either, |t, src| t.first_from(src, prefix))?
         {
             let first = r < self.rows
-                && self.lookup_path(r)? == path
-                && (r == 0 || self.lookup_path(r - 1)? < path.as_str());
+                && self.sorted_path(r)? == path
+                && (r == 0 || self.sorted_path(r - 1)? < path.as_str());
             if first {
                 return Ok(r);
             }
@@ -587,8 +589,8 @@ impl<R: ReadAt> Archive<R> {
         self.partition(prefix)
     }
 
-    /// `path`'s first lookup row, through the trie that names lookup rows or by
-    /// binary search.
+    /// `path`'s first slice in path order, through a trie that names lookup
+    /// rows (before version 4) or by binary search.
     fn first_row(&self, path: &str) -> Result<Option<u64>> {
         let by_trie = self.by_trie(TrieRows::Lookup, |t, src| t.get(src, path))?;
         let row = match by_trie {
@@ -602,7 +604,7 @@ impl<R: ReadAt> Archive<R> {
                 None => Ok(None),
             };
         }
-        if self.lookup_path(row)? != path {
+        if self.sorted_path(row)? != path {
             return match by_trie {
                 Some(_) => Err(Error::corrupt(format!(
                     "trie and lookup disagree on {path}"
@@ -675,14 +677,14 @@ impl<R: ReadAt> Archive<R> {
                 let mut r = self.first_row(path)?.ok_or_else(not_found)?;
                 let mut rows = Vec::new();
                 while r < self.rows {
-                    let (b, i) = self.lookup_at(r)?;
+                    let (b, i) = self.sorted_at(r)?;
                     if b.path(i) != path {
                         if b.key(i).fdata_offset != 0 {
                             return Err(cut_short(path));
                         }
                         break;
                     }
-                    rows.push(self.lookup_row(r)?);
+                    rows.push(self.sorted_row(r)?);
                     r += 1;
                 }
                 rows
@@ -761,9 +763,9 @@ impl<R: ReadAt> Archive<R> {
             }
         }
         let mut out: Vec<Entry> = Vec::new();
-        let mut r = self.lookup_start(prefix)?;
+        let mut r = self.sorted_start(prefix)?;
         while r < self.rows {
-            let (b, i) = self.lookup_at(r)?;
+            let (b, i) = self.sorted_at(r)?;
             let path = b.path(i);
             if !path.starts_with(prefix) {
                 break;

@@ -10,7 +10,7 @@ use arrow_array::RecordBatch;
 use arrow_ipc::writer::FileWriter;
 
 use common::*;
-use znippy_format::{extract_all, Archive, ArchiveProps, Error, Metadata, TrieState};
+use znippy_format::{extract_all, Archive, ArchiveProps, Error, Metadata, TrieState, LOOKUP};
 
 /// A named change to a value, for tables of hostile variants.
 type Tamper<'a, T> = (&'a str, &'a dyn Fn(&mut T));
@@ -548,6 +548,38 @@ fn ipc_naming_the_first_block_each_time(batches: &[RecordBatch]) -> Vec<u8> {
         out[at..at + 24].copy_from_slice(&layout(&blocks[0]));
     }
     out
+}
+
+/// Version 7 has no lookup: a manifest that names one is damaged, not a
+/// second source of rows to read, and the archive is refused at open.
+#[test]
+fn a_version_7_archive_with_a_lookup_is_refused() {
+    let blob = b"hello".to_vec();
+    let rows = [raw_row("x", 0, 0, &blob)];
+    let control = craft(&blob, &rows, small_props());
+    assert_eq!(
+        Archive::open(control.as_slice()).unwrap().format_version(),
+        7
+    );
+    let sections = [
+        RawSection {
+            pkg_type: 0,
+            module: "files".into(),
+            bytes: ipc_bytes(&rows_batch(&rows)),
+            rows: 1,
+        },
+        RawSection {
+            pkg_type: znippy_format::RESERVED_PKG_TYPE,
+            module: LOOKUP.into(),
+            bytes: ipc_bytes(&rows_batch(&rows)),
+            rows: 1,
+        },
+    ];
+    let bytes = assemble(&blob, &sections, small_props(), &|_| {});
+    match Archive::open(bytes.as_slice()) {
+        Err(Error::Corrupt(m)) => assert!(m.contains("which has none"), "{m}"),
+        other => panic!("{other:?}"),
+    }
 }
 
 /// Found by review: nothing checked that a footer's blocks are distinct, so
