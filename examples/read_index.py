@@ -26,6 +26,7 @@ DATA = "files"  # the data sub-index: every slice row, in chunk_seq order
 LOOKUP = "__znippy_lookup__"  # versions 1 to 6 only
 META = "__znippy_meta__"
 TRIE = "__znippy_trie__"  # fst bytes, not Arrow
+BATCH_TRIE = "__znippy_batch_trie__"  # version 8, instead of the trie: fst bytes
 # Version 2 archives may hold links and directories: file-type bits in `mode`
 # (docs/format.md, 5.3). Version 3 compresses the lookup's buffers (Arrow IPC
 # body compression, which pyarrow inflates by itself). Version 4 keeps the blob
@@ -34,9 +35,11 @@ TRIE = "__znippy_trie__"  # fst bytes, not Arrow
 # cuts the trie into shards, which this reader does not read. Version 6 adds
 # package sections (pkg_type 1 and up: one per plugin and repo, a row per
 # package). Version 7 has no lookup (a listing is the data sub-index's paths,
-# ORDER BY relative_path) and pads Arrow buffers to 8 bytes, not 64. The data
-# sub-index reads the same way in all seven.
-SUPPORTED_MAJOR = 7
+# ORDER BY relative_path) and pads Arrow buffers to 8 bytes, not 64. Version 8
+# writes a batch trie instead of the trie when the data rows are in path order
+# (every compress of a directory). The data sub-index reads the same way in all
+# eight.
+SUPPORTED_MAJOR = 8
 META_TYPES = {0: "str", 1: "i64", 2: "f64", 3: "bool", 4: "bytes"}
 
 
@@ -148,9 +151,9 @@ def main(argv):
     archive = argv[1]
     manifest = read_manifest(archive)
     print(f"manifest of {archive}:")
-    print(f"{'pkg_type':>8} {'module_name':<20} {'offset':>12} {'length':>10} {'rows':>8}  blake3")
+    print(f"{'pkg_type':>8} {'module_name':<22} {'offset':>12} {'length':>10} {'rows':>8}  blake3")
     for r in manifest.to_pylist():
-        print(f"{r['pkg_type']:>8} {r['module_name']:<20} {r['index_offset']:>12}"
+        print(f"{r['pkg_type']:>8} {r['module_name']:<22} {r['index_offset']:>12}"
               f" {r['index_len']:>10} {r['row_count']:>8}  {r['blake3'].hex()}")
 
     files = read_section(archive, DATA, manifest)

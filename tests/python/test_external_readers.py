@@ -118,9 +118,10 @@ def test_data_rows_match_files(data, tree):
 
 def test_duckdb_lists_and_locates_files_from_the_data_rows(archive, data, tree):
     _, files = tree
-    # Format version 7 has no lookup: a listing is the data rows by path.
+    # From format version 7 there is no lookup: a listing is the data rows by
+    # path (from version 8 a directory's rows are in that order already).
     assert ri.read_section(archive, ri.LOOKUP) is None
-    assert data.schema.metadata[b"znippy_format_version"] == b"7"
+    assert data.schema.metadata[b"znippy_format_version"] == b"8"
     con = duckdb.connect()
     con.register("files", data)
     listing = con.execute(
@@ -185,16 +186,17 @@ def test_manifest_hashes_and_layout(archive):
     manifest = ri.read_manifest(archive)
     rows = manifest.to_pylist()
     names = [r["module_name"] for r in rows]
-    for name in ("files", ri.TRIE, ri.META):
+    # A directory's rows are in path order: a batch trie, not a trie.
+    for name in ("files", ri.BATCH_TRIE, ri.META):
         assert names.count(name) == 1, names
-    assert ri.LOOKUP not in names
+    assert ri.LOOKUP not in names and ri.TRIE not in names
     manifest_offset, _ = ri.read_footer(archive)
     for r in rows:
         data = ri.section_bytes(archive, r["module_name"], manifest)
         assert blake3.blake3(data).digest() == r["blake3"], r["module_name"]
         assert r["index_offset"] % 64 == 0, r["module_name"]
         assert r["index_offset"] + r["index_len"] <= manifest_offset
-        if r["module_name"] != ri.TRIE:  # the trie is fst bytes, not Arrow
+        if r["module_name"] != ri.BATCH_TRIE:  # fst bytes, not Arrow
             assert ri.read_section(archive, r["module_name"], manifest).num_rows == r["row_count"]
 
 
@@ -218,7 +220,7 @@ def test_example_script_runs(archive, tree):
     res = subprocess.run([sys.executable, str(EXAMPLE), str(archive), LARGE],
                          capture_output=True, text=True, encoding="utf-8")
     assert res.returncode == 0, res.stderr
-    assert ri.TRIE in res.stdout and ri.META in res.stdout
+    assert ri.BATCH_TRIE in res.stdout and ri.META in res.stdout
     _, slices = slices_of(archive, len(files[LARGE]))
     assert f"{LARGE}: {slices} slice(s)" in res.stdout
     assert "meta lic (str) = MIT" in res.stdout

@@ -151,7 +151,12 @@ fn get_list_info_and_help() {
         ]
     );
     let info = String::from_utf8(ok(&["info", s(&arc)]).stdout).unwrap();
-    for want in ["files          5", "level=3", "__znippy_trie__", "ratio"] {
+    for want in [
+        "files          5",
+        "level=3",
+        "__znippy_batch_trie__",
+        "ratio",
+    ] {
         assert!(info.contains(want), "info lacks {want:?}:\n{info}");
     }
     for cmd in [

@@ -126,8 +126,8 @@ pub use row::{check_file_rows, SliceRow};
 pub use scan::{scan_dir, walk, Found, Scan, ScanOptions, ScannedFile, Skipped, WALK_STACK};
 pub use schema::{
     base_schema, lookup_schema, manifest_schema, meta_schema, BATCH_ROWS, BATCH_ROWS_KEY,
-    FORMAT_VERSION, LOOKUP, META, RESERVED, RESERVED_PKG_TYPE, SIGNATURE, SMALL_BATCH_ROWS, TRIE,
-    VERSION_KEY,
+    BATCH_TRIE, FORMAT_VERSION, LOOKUP, META, RESERVED, RESERVED_PKG_TYPE, SIGNATURE,
+    SMALL_BATCH_ROWS, TRIE, VERSION_KEY,
 };
 pub use signature::{signed_content, MAX_SIGNATURES, MAX_SIGNATURE_LEN};
 pub use tail::{write_signed_tail, write_tail, Tail, TailInfo, ALIGN, FOOTER_LEN, MAGIC};

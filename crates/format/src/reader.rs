@@ -37,10 +37,10 @@ use crate::manifest::{self, SectionEntry};
 use crate::meta::{MetaTable, Metadata};
 use crate::package::{self, PackageTable, Packages};
 use crate::props::ArchiveProps;
-use crate::row::{check_file_rows, KeyBatch, RowBatch, SliceRow};
+use crate::row::{check_file_rows, in_path_order, KeyBatch, RowBatch, SliceRow};
 use crate::schema::{
-    base_schema, check_version, lookup_schema, meta_schema, DEFAULT_MODULE, DEFAULT_PKG_TYPE,
-    DEFAULT_REPO, LOOKUP, META, RESERVED_PKG_TYPE, TRIE,
+    base_schema, check_version, lookup_schema, meta_schema, BATCH_TRIE, DEFAULT_MODULE,
+    DEFAULT_PKG_TYPE, DEFAULT_REPO, LOOKUP, META, RESERVED_PKG_TYPE, TRIE,
 };
 use crate::signature::{self, Signed, MAX_SIGNATURE_LEN};
 use crate::tail::{check_order, write_tail_as, Tail, ALIGN, FOOTER_LEN};
@@ -72,11 +72,16 @@ impl Entry {
 pub enum TrieState {
     /// Through the fst trie.
     Used,
+    /// By binary search of the data rows, which are in path order (from
+    /// version 8, an archive written in one batch), in the one data batch
+    /// the batch trie names: the archive needs no trie.
+    Batches,
     /// By binary search of the slices in path order (the lookup before
     /// version 7, from then the data rows sorted once): the archive has no
     /// trie.
     Missing,
-    /// As `Missing`: the trie failed its checksum or did not load.
+    /// As `Missing`: the trie (or the batch trie) failed its checksum or did
+    /// not load.
     Damaged,
 }
 
@@ -120,6 +125,9 @@ enum Sorted {
     /// From version 7, which has no lookup: the data rows' numbers in path
     /// order, from a scan of the data sub-index the first time one is needed.
     Scanned(OnceLock<Vec<u64>>),
+    /// From version 8, with a batch trie: the data rows are in path order
+    /// themselves.
+    InOrder,
 }
 
 /// A decoded batch of the lookup: whole rows before version 4, then keys.
@@ -202,8 +210,14 @@ impl<R: ReadAt> Archive<R> {
             Ok(first)
         };
         let lookup_entry = one(LOOKUP)?;
-        one(TRIE)?;
+        let trie_entry = one(TRIE)?;
+        let batch_trie = one(BATCH_TRIE)?;
         one(META)?;
+        if batch_trie.is_some() && (version < 8 || trie_entry.is_some()) {
+            return Err(Error::corrupt(
+                "a batch trie beside a trie, or before format version 8",
+            ));
+        }
         check_packages(&sections, version)?;
         let data_rows: u64 = sections
             .iter()
@@ -211,7 +225,10 @@ impl<R: ReadAt> Archive<R> {
             .try_fold(0u64, |acc, s| acc.checked_add(s.row_count))
             .ok_or_else(|| Error::corrupt("row counts overflow"))?;
         let sorted = match (lookup_entry, version >= 7) {
-            (None, true) => Sorted::Scanned(OnceLock::new()),
+            (None, true) => match batch_trie {
+                Some(_) => Sorted::InOrder,
+                None => Sorted::Scanned(OnceLock::new()),
+            },
             (Some(_), true) => {
                 return Err(Error::corrupt(
                     "a lookup section in format version 7, which has none",
@@ -410,9 +427,15 @@ impl<R: ReadAt> Archive<R> {
         self.trie().0
     }
 
+    /// The trie, or the batch trie of an archive whose data rows are in
+    /// path order.
     fn trie(&self) -> &(TrieState, Option<Trie>) {
         self.trie.get_or_init(|| {
-            let Some(s) = self.reserved(TRIE) else {
+            let (name, used) = match self.sorted {
+                Sorted::InOrder => (BATCH_TRIE, TrieState::Batches),
+                _ => (TRIE, TrieState::Used),
+            };
+            let Some(s) = self.reserved(name) else {
                 return (TrieState::Missing, None);
             };
             let loaded = if self.version >= 5 {
@@ -432,16 +455,17 @@ impl<R: ReadAt> Archive<R> {
                 Ok(t)
             });
             match counted {
-                Ok(t) => (TrieState::Used, Some(t)),
+                Ok(t) => (used, Some(t)),
                 Err(_) => (TrieState::Damaged, None),
             }
         })
     }
 
     /// The trie's answer to `ask`, or `None` when it has none to give: there
-    /// is no usable trie, or it names other rows than `rows` (lookup rows
-    /// before version 4, data rows from then), or a shard the question needs
-    /// is damaged. The caller then asks the slices in path order.
+    /// is no usable trie (a batch trie names no path's row), or it names
+    /// other rows than `rows` (lookup rows before version 4, data rows from
+    /// then), or a shard the question needs is damaged. The caller then asks
+    /// the slices in path order.
     fn by_trie<T>(
         &self,
         rows: TrieRows,
@@ -452,6 +476,7 @@ impl<R: ReadAt> Archive<R> {
             false => TrieRows::Lookup,
         };
         match &self.trie().1 {
+            _ if matches!(self.sorted, Sorted::InOrder) => Ok(None),
             Some(t) if rows == TrieRows::Either || rows == names => ask(t, &self.src),
             _ => Ok(None),
         }
@@ -462,7 +487,7 @@ impl<R: ReadAt> Archive<R> {
     }
 
     /// The `row`th slice in path order: its lookup row before version 7,
-    /// from then its data row.
+    /// from then a data row (with a batch trie, row `row` itself).
     fn sorted_at(&self, row: u64) -> Result<(&KeyBatch, usize)> {
         match &self.sorted {
             Sorted::Lookup(lookup) => {
@@ -472,6 +497,10 @@ impl<R: ReadAt> Archive<R> {
             }
             Sorted::Scanned(order) => {
                 let (b, i) = self.data_at(self.scanned(order, row)?)?;
+                Ok((b.keys(), i))
+            }
+            Sorted::InOrder => {
+                let (b, i) = self.data_at(row)?;
                 Ok((b.keys(), i))
             }
         }
@@ -515,6 +544,10 @@ impl<R: ReadAt> Archive<R> {
                 let (b, i) = self.data_at(self.scanned(order, row)?)?;
                 return Ok(b.row(i));
             }
+            Sorted::InOrder => {
+                let (b, i) = self.data_at(row)?;
+                return Ok(b.row(i));
+            }
         };
         let version = self.version;
         match lookup.row(&self.src, row, |b| LookupBatch::decode(version, b))? {
@@ -555,9 +588,12 @@ impl<R: ReadAt> Archive<R> {
     }
 
     /// First slice in path order whose path is not less than `key` (binary
-    /// search; a lookup row before version 7).
+    /// search; a lookup row before version 7). With a batch trie, among the
+    /// rows of the one batch it names.
     fn partition(&self, key: &str) -> Result<u64> {
-        let (mut lo, mut hi) = (0u64, self.rows);
+        let batch = self.batch_of(key)?;
+        let (start, end) = batch.unwrap_or((0, self.rows));
+        let (mut lo, mut hi) = (start, end);
         while lo < hi {
             let mid = lo + (hi - lo) / 2;
             if self.sorted_path(mid)? < key {
@@ -566,7 +602,50 @@ impl<R: ReadAt> Archive<R> {
                 hi = mid;
             }
         }
+        // The first row of the batch searched has a path less than `key`,
+        // and the row after it one not less: otherwise the batch trie and
+        // the rows disagree, and the answer would be wrong, not missing.
+        let disagree = batch.is_some()
+            && ((lo == start && start > 0 && start < end)
+                || (lo == end && end < self.rows && self.sorted_path(end)? < key));
+        if disagree {
+            return Err(Error::corrupt(format!(
+                "the batch trie and the data sub-index disagree on {key}"
+            )));
+        }
         Ok(lo)
+    }
+
+    /// From version 8, with a batch trie: the rows among which `key`'s first
+    /// row lies, or would. The trie's first key not less than `key` starts
+    /// a batch; the batch before it starts with a path less than `key` (it
+    /// would be that key otherwise), so the row is in it or is the key's own.
+    /// Past the last key, it is in the last batch. `None` when there is no
+    /// batch trie to ask, or the shard it needs is damaged.
+    fn batch_of(&self, key: &str) -> Result<Option<(u64, u64)>> {
+        let (Sorted::InOrder, Some(t)) = (&self.sorted, &self.trie().1) else {
+            return Ok(None);
+        };
+        let batch_rows = match &self.data {
+            Some(d) => d.open(&self.src)?.0.batch_rows(),
+            None => return Ok(None),
+        };
+        let end = match t.first_from(&self.src, key)? {
+            None => return Ok(None),
+            Some(Some((_, row))) => row,
+            Some(None) => self.rows,
+        };
+        if end > self.rows {
+            return Err(Error::corrupt(format!(
+                "the batch trie names row {end} of {}",
+                self.rows
+            )));
+        }
+        let start = match end == self.rows {
+            true => self.rows.saturating_sub(1) / batch_rows * batch_rows,
+            false => end.saturating_sub(batch_rows),
+        };
+        Ok(Some((start, end)))
     }
 
     /// First slice in path order whose path is not less than `prefix`.
@@ -771,6 +850,12 @@ impl<R: ReadAt> Archive<R> {
                 break;
             }
             let key = b.key(i);
+            if out.last().is_some_and(|e| e.path.as_str() > path) {
+                return Err(Error::corrupt(format!(
+                    "the slices in path order are not: {path} comes after {}",
+                    out.last().map_or("", |e| e.path.as_str())
+                )));
+            }
             match out.last_mut() {
                 Some(e) if e.path == path => {
                     e.size = e.size.saturating_add(key.uncompressed_size);
@@ -899,6 +984,13 @@ impl<R: ReadAt> Archive<R> {
         let rows = self.data_rows()?;
         let meta = self.metadata()?;
         let packages = self.packages()?;
+        if let Sorted::InOrder = self.sorted {
+            if !in_path_order(&rows) {
+                return Err(Error::corrupt(
+                    "an archive with a batch trie whose data rows are not in path order",
+                ));
+            }
+        }
         if self.written_by_this_writer() {
             self.check_canonical_tail(&rows, &meta, &packages)?;
         }
@@ -933,7 +1025,10 @@ impl<R: ReadAt> Archive<R> {
             .map(|s| (s.pkg_type, s.repo.as_str(), s.module_name.as_str()));
         let data = (DEFAULT_PKG_TYPE, DEFAULT_REPO, DEFAULT_MODULE);
         let lookup = (RESERVED_PKG_TYPE, "", LOOKUP);
-        let trie = (RESERVED_PKG_TYPE, "", TRIE);
+        let trie = match self.sorted {
+            Sorted::InOrder => (RESERVED_PKG_TYPE, "", BATCH_TRIE),
+            _ => (RESERVED_PKG_TYPE, "", TRIE),
+        };
         let fixed: &[_] = match self.version {
             7.. => &[data, trie],
             4..=6 => &[lookup, data, trie],

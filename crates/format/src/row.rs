@@ -81,6 +81,17 @@ impl KeyColumns {
     }
 }
 
+/// Whether `rows`, in chunk_seq order, are also in path order: each file's
+/// slices in file order, the files in byte order of path. Every `compress` of
+/// a directory writes them so, and from format version 8 such rows get a
+/// batch trie instead of a trie (`tail.rs`).
+pub(crate) fn in_path_order(rows: &[SliceRow]) -> bool {
+    rows.windows(2).all(|w| {
+        (w[0].relative_path.as_str(), w[0].fdata_offset)
+            < (w[1].relative_path.as_str(), w[1].fdata_offset)
+    })
+}
+
 /// Builds one record batch of base columns from `rows`, in the given order.
 pub(crate) fn to_batch<'a>(
     rows: impl ExactSizeIterator<Item = &'a SliceRow>,

@@ -17,8 +17,12 @@ use crate::error::{Error, Result};
 /// rather than all of it (`trie.rs`). Version 6 adds package sections
 /// (`package.rs`), and was written only by an archive that had one. Version 7
 /// drops the lookup (the trie names data rows, which hold the rest) and pads
-/// Arrow buffers to 8 bytes rather than 64; every archive is written in it.
-pub const FORMAT_VERSION: u32 = 7;
+/// Arrow buffers to 8 bytes rather than 64. Version 8 writes an archive whose
+/// data rows are already in path order (every `compress` of a directory) with
+/// a batch trie ([`BATCH_TRIE`]) in place of the trie: the data sub-index is
+/// then itself the sorted copy, and a path needs only its batch found. Every
+/// archive is written in version 8.
+pub const FORMAT_VERSION: u32 = 8;
 /// Schema-metadata key carrying the format version in every Arrow section.
 pub const VERSION_KEY: &str = "znippy_format_version";
 /// Most rows in one Arrow record batch of any section (docs/format.md, section 4).
@@ -39,6 +43,10 @@ pub const RESERVED_PKG_TYPE: i8 = -128;
 pub const LOOKUP: &str = "__znippy_lookup__";
 /// Module name of the fst trie section.
 pub const TRIE: &str = "__znippy_trie__";
+/// Module name of the batch trie (from format version 8): the first path of
+/// each data batch -> that batch's first row, written instead of the trie
+/// when the data rows are in path order.
+pub const BATCH_TRIE: &str = "__znippy_batch_trie__";
 /// Module name of the metadata section.
 pub const META: &str = "__znippy_meta__";
 /// Module name of a signature section (`signature.rs`): a detached CMS
@@ -47,7 +55,7 @@ pub const SIGNATURE: &str = "__znippy_signature__";
 /// Every reserved module name, listed once. Code that gathers data sections skips
 /// these; a writer refuses a manifest row with any other reserved name, and a
 /// reader skips one (docs/format.md, 8.2).
-pub const RESERVED: [&str; 4] = [LOOKUP, TRIE, META, SIGNATURE];
+pub const RESERVED: [&str; 5] = [LOOKUP, TRIE, BATCH_TRIE, META, SIGNATURE];
 
 /// `pkg_type` of the data section written by this crate.
 pub const DEFAULT_PKG_TYPE: i8 = 0;

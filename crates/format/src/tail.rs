@@ -119,11 +119,7 @@ pub(crate) fn write_tail_as(
         (side, index)
     });
     let data = checked_data?;
-    let Index {
-        lookup,
-        trie,
-        paths,
-    } = index?;
+    let Index { lookup, trie, keys } = index?;
 
     let mut w = Aligned::new(out, tail.blob_end);
     let rows = tail.rows.len() as u64;
@@ -162,7 +158,7 @@ pub(crate) fn write_tail_as(
         }
         None => sections.push(w.data(&data, rows)?),
     }
-    sections.push(w.reserved(schema::TRIE, &trie, paths)?);
+    sections.push(w.reserved(trie.0, &trie.1, keys)?);
 
     if let Metadata::Present(table) = tail.meta {
         let meta = ipc::encode(
@@ -226,14 +222,33 @@ fn encode_data(rows: &[SliceRow], version: u32) -> Result<Vec<u8>> {
 struct Index {
     /// None from version 7.
     lookup: Option<Vec<u8>>,
-    trie: Vec<u8>,
-    /// Distinct paths: the trie's keys.
-    paths: u64,
+    /// The trie, or from version 8 the batch trie when the rows are in path
+    /// order: its module name and bytes.
+    trie: (&'static str, Vec<u8>),
+    /// The trie's keys.
+    keys: u64,
 }
 
 /// The lookup (rows by path, before version 7) and the trie (each path's
-/// first slice).
+/// first slice), or from version 8, when the data rows are in path order
+/// already, the batch trie (each data batch's first path).
 fn encode_index(rows: &[SliceRow], version: u32) -> Result<Index> {
+    if version >= 8 && row::in_path_order(rows) {
+        // A batch that starts inside a file's run has that file's path: only
+        // the first batch a path starts is kept, so a key is each batch's
+        // first path (docs/format.md, the batch trie).
+        let mut firsts: Vec<(&str, u64)> = Vec::new();
+        for (i, r) in rows.iter().enumerate().step_by(SMALL_BATCH_ROWS) {
+            if firsts.last().is_none_or(|(p, _)| *p != r.relative_path) {
+                firsts.push((&r.relative_path, i as u64));
+            }
+        }
+        return Ok(Index {
+            lookup: None,
+            trie: (schema::BATCH_TRIE, trie::build(&firsts, version)?),
+            keys: firsts.len() as u64,
+        });
+    }
     let mut sorted: Vec<&SliceRow> = rows.iter().collect();
     sorted.sort_unstable_by(|a, b| {
         (a.relative_path.as_str(), a.fdata_offset).cmp(&(b.relative_path.as_str(), b.fdata_offset))
@@ -274,8 +289,8 @@ fn encode_index(rows: &[SliceRow], version: u32) -> Result<Index> {
     }
     Ok(Index {
         lookup,
-        trie: trie::build(&firsts, version)?,
-        paths: firsts.len() as u64,
+        trie: (schema::TRIE, trie::build(&firsts, version)?),
+        keys: firsts.len() as u64,
     })
 }
 

@@ -550,17 +550,14 @@ fn ipc_naming_the_first_block_each_time(batches: &[RecordBatch]) -> Vec<u8> {
     out
 }
 
-/// Version 7 has no lookup: a manifest that names one is damaged, not a
-/// second source of rows to read, and the archive is refused at open.
+/// From version 7 there is no lookup: a manifest that names one is damaged,
+/// not a second source of rows to read, and the archive is refused at open.
 #[test]
-fn a_version_7_archive_with_a_lookup_is_refused() {
+fn an_archive_of_version_7_on_with_a_lookup_is_refused() {
     let blob = b"hello".to_vec();
     let rows = [raw_row("x", 0, 0, &blob)];
     let control = craft(&blob, &rows, small_props());
-    assert_eq!(
-        Archive::open(control.as_slice()).unwrap().format_version(),
-        7
-    );
+    assert!(Archive::open(control.as_slice()).unwrap().format_version() >= 7);
     let sections = [
         RawSection {
             pkg_type: 0,

@@ -57,7 +57,7 @@ fn signing_keeps_every_byte_it_signs_and_adds_in_order() {
     // The layout is a function of the signed part and the signatures.
     assert_eq!(
         format!("{:x}", Sha256::digest(&bytes)),
-        "dc48cef84d7211ff423ee2b2813376bf9dbcc65ec5a7dcdb040966d7367aab4a",
+        "801deec18bb655f98575175d937fc22b2f0813a46fb8df7a58a1a433ca9b008d",
         "signed archive bytes changed"
     );
 }

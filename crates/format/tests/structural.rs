@@ -125,91 +125,98 @@ fn list_meta_and_get_cost_the_same_for_payloads_100x_apart() {
 
 #[test]
 fn get_and_a_listing_with_sizes_each_read_a_batch_or_two_of_one_section() {
-    // 150,000 files make 586 batches of the data sub-index and 37 shards of
-    // the trie. Since format version 4 a get goes from the trie to its
-    // file's data row: one data batch; since version 5, of the trie only its
-    // fence and the one shard that holds the path. From version 7, which
-    // has no lookup, a listing with sizes takes its paths from the trie and
-    // the rest from the data rows they name: a batch or two.
+    // 150,000 files make 586 batches of the data sub-index. Written in path
+    // order (as `compress` writes a directory) they get a batch trie of 586
+    // keys, from format version 8; written in reverse, 37 shards of a trie.
+    // Since format version 4 a get goes from the trie to its file's data
+    // row: one data batch; since version 5, of the trie only its fence and
+    // the one shard that holds the path. With a batch trie, the same three
+    // reads find the batch, and the path is searched in it. From version 7,
+    // which has no lookup, a listing with sizes takes its paths from the trie
+    // and the rest from the data rows they name, or with a batch trie walks
+    // the rows from the first: a batch or two either way.
     let files: Vec<(String, Vec<u8>)> = (0..150_000)
         .map(|i| (format!("f/{i:06}"), i.to_string().into_bytes()))
         .collect();
-    let bytes = archive_of(
-        &files,
-        ArchiveProps::default(),
-        &znippy_format::Metadata::Absent,
-    );
-    let src = Recording::new(bytes);
-    let a = Archive::open(Arc::clone(&src)).unwrap();
-    let section = |name: &str| {
-        a.sections()
-            .iter()
-            .find(|s| s.module_name == name)
-            .unwrap()
-            .clone()
-    };
-    assert!(
-        a.sections()
-            .iter()
-            .all(|s| s.module_name != znippy_format::LOOKUP),
-        "version 7 has no lookup"
-    );
-    let data = section("files");
-    let within = |reads: &[(u64, u64)], s: &znippy_format::SectionEntry| -> u64 {
-        reads
-            .iter()
-            .filter(|r| r.0 >= s.index_offset && r.0 < s.index_offset + s.index_len)
-            .map(|r| r.1)
-            .sum()
-    };
-    let trie = section(znippy_format::TRIE);
-    src.take();
-    let mut out = Vec::new();
-    a.read_file("f/070000", &mut out).unwrap();
-    let reads = src.take();
-    let in_trie: Vec<_> = reads
-        .iter()
-        .filter(|r| r.0 >= trie.index_offset && r.0 < trie.index_offset + trie.index_len)
-        .collect();
-    // The trailer, the fence with the shards' records (40 bytes a shard),
-    // and one shard; these keys compress so well that the records are a
-    // seventh of the trie.
-    assert_eq!(in_trie.len(), 3, "{in_trie:?}");
-    let read = within(&reads, &trie);
-    assert!(
-        read * 5 < trie.index_len,
-        "a get read {read} of {} trie bytes",
-        trie.index_len
-    );
-    a.list("").unwrap();
-    src.take();
+    let reversed: Vec<_> = files.iter().rev().cloned().collect();
+    let mut index_len = Vec::new();
+    for (files, index) in [
+        (files, znippy_format::BATCH_TRIE),
+        (reversed, znippy_format::TRIE),
+    ] {
+        let bytes = archive_of(
+            &files,
+            ArchiveProps::default(),
+            &znippy_format::Metadata::Absent,
+        );
+        let src = Recording::new(bytes);
+        let a = Archive::open(Arc::clone(&src)).unwrap();
+        let section = |name: &str| {
+            a.sections()
+                .iter()
+                .find(|s| s.module_name == name)
+                .unwrap()
+                .clone()
+        };
+        assert!(
+            a.sections()
+                .iter()
+                .all(|s| s.module_name != znippy_format::LOOKUP),
+            "no lookup from version 7"
+        );
+        let data = section("files");
+        let within = |reads: &[(u64, u64)], s: &znippy_format::SectionEntry| {
+            reads
+                .iter()
+                .filter(|r| r.0 >= s.index_offset && r.0 < s.index_offset + s.index_len)
+                .map(|r| r.1)
+                .collect::<Vec<_>>()
+        };
+        let trie = section(index);
+        index_len.push(trie.index_len);
+        src.take();
+        let mut out = Vec::new();
+        a.read_file("f/070000", &mut out).unwrap();
+        let reads = src.take();
+        // The trailer, the fence with the shards' records (40 bytes a
+        // shard), and one shard; these keys compress so well that the
+        // records are a seventh of the trie.
+        let in_trie = within(&reads, &trie);
+        assert_eq!(in_trie.len(), 3, "{index}: {in_trie:?}");
+        assert_eq!(within(&reads, &data).len(), 1, "{index}: one data batch");
+        // Another part of the archive, from nothing read yet.
+        let a = Archive::open(Arc::clone(&src)).unwrap();
+        src.take();
+        let mut out = Vec::new();
+        a.read_file("f/140000", &mut out).unwrap();
+        assert_eq!(out, b"140000");
+        let reads = src.take();
+        let read: u64 = within(&reads, &data).iter().sum();
+        assert!(
+            read > 0 && read * 100 < data.index_len,
+            "{index}: a get read {read} of {} data bytes",
+            data.index_len
+        );
 
-    let mut out = Vec::new();
-    a.read_file("f/140000", &mut out).unwrap();
-    assert_eq!(out, b"140000");
-    let reads = src.take();
-    let read = within(&reads, &data);
+        let listed = a.entries("f/1400").unwrap();
+        assert_eq!(listed.len(), 100);
+        assert_eq!(listed[0].path, "f/140000");
+        assert_eq!(listed[99].path, "f/140099");
+        assert_eq!(listed[99].size, 6);
+        let reads = src.take();
+        // Rows 140,000 to 140,099: the batch the get above decoded, and the
+        // next one; a scan would read all 586.
+        let in_data = within(&reads, &data);
+        assert!(
+            (1..=2).contains(&in_data.len()),
+            "{index}: a listing read {in_data:?} of the data"
+        );
+    }
+    // A key a batch, not a path: even against a trie of numbered names,
+    // which fst shares nearly all of, the batch trie is a fraction.
     assert!(
-        read > 0 && read * 100 < data.index_len,
-        "a get read {read} of {} data bytes",
-        data.index_len
-    );
-
-    let listed = a.entries("f/1400").unwrap();
-    assert_eq!(listed.len(), 100);
-    assert_eq!(listed[0].path, "f/140000");
-    assert_eq!(listed[99].path, "f/140099");
-    assert_eq!(listed[99].size, 6);
-    let reads = src.take();
-    // Rows 140,000 to 140,099: the batch the get above decoded, and the
-    // next one; a scan would read all 586.
-    let in_data: Vec<_> = reads
-        .iter()
-        .filter(|r| r.0 >= data.index_offset && r.0 < data.index_offset + data.index_len)
-        .collect();
-    assert!(
-        (1..=2).contains(&in_data.len()),
-        "a listing read {in_data:?} of the data"
+        index_len[0] * 5 < index_len[1],
+        "batch trie and trie: {index_len:?}"
     );
 }
 

@@ -4,12 +4,17 @@
 //! the data rows sorted once in memory). From format version 5 it is cut into shards
 //! (docs/format.md, section 6.3): the writer's are of 4,096 keys, and the
 //! sample's 2,502 paths are also read through shards of 1,024, laid out by
-//! hand, three of them.
+//! hand, three of them. From version 8 an archive whose data rows are in
+//! path order has a batch trie instead (each data batch's first path), and
+//! the same holds of it: missing, damaged or lying, it gives the answers of
+//! the rows or an error, never another answer.
 
 mod common;
 
 use common::*;
-use znippy_format::{Archive, Error, Metadata, SliceRow, TrieState, TRIE};
+use znippy_format::{
+    Archive, ArchiveProps, Error, Metadata, SliceRow, TrieState, BATCH_TRIE, SMALL_BATCH_ROWS, TRIE,
+};
 
 fn sample() -> Vec<u8> {
     let mut files: Vec<(String, Vec<u8>)> = Vec::new();
@@ -279,4 +284,134 @@ fn a_trie_that_names_another_files_row_is_refused() {
             ),
         }
     }
+}
+
+/// The sample's files in path order, its big file in 700 slices of 4 KiB
+/// that fill three data batches: the batch trie has a key for the first
+/// only, so it has fewer keys than the data sub-index has batches.
+fn in_order() -> Vec<u8> {
+    let mut files: Vec<(String, Vec<u8>)> = (0..2_500)
+        .map(|i| {
+            let dir = ["a", "ab", "a/b", "b", "zz/top", "ü"][i % 6];
+            (format!("{dir}/f{i:04}"), text(i as u64, 50 + i % 400))
+        })
+        .collect();
+    files.push(("a/big".into(), text(9, 700 << 12)));
+    files.push(("solo".into(), vec![]));
+    files.sort();
+    let props = ArchiveProps {
+        chunk_size: 4 << 10,
+        pack_threshold: 2 << 10,
+        level: 3,
+    };
+    archive_of(&files, props, &Metadata::Absent)
+}
+
+/// `(first path of each data batch, its first row)`, a path's first batch
+/// only: what the writer's batch trie holds.
+fn batch_keys(rows: &[SliceRow]) -> Vec<(&str, u64)> {
+    let mut keys: Vec<(&str, u64)> = Vec::new();
+    for r in rows.iter().step_by(SMALL_BATCH_ROWS) {
+        if keys.last().is_none_or(|k| k.0 != r.relative_path) {
+            keys.push((&r.relative_path, r.chunk_seq));
+        }
+    }
+    keys
+}
+
+#[test]
+fn a_batch_trie_answers_as_the_rows_do_without_it() {
+    let written = in_order();
+    let a = Archive::open(written.as_slice()).unwrap();
+    assert_eq!(a.trie_state(), TrieState::Batches);
+    assert!(a.sections().iter().all(|s| s.module_name != TRIE));
+    let rows = a.data_rows().unwrap();
+    let b = a
+        .sections()
+        .iter()
+        .find(|s| s.module_name == BATCH_TRIE)
+        .unwrap()
+        .clone();
+    assert_eq!(b.row_count, batch_keys(&rows).len() as u64);
+    assert!(b.row_count < rows.len().div_ceil(SMALL_BATCH_ROWS) as u64);
+    assert_eq!(a.verify(2).unwrap(), rows.len() as u64);
+    let expected = answers(&a);
+
+    // Without it the rows are sorted in memory; damaged, searched whole.
+    let missing = rebuilt(&written, |name, own| {
+        (name != BATCH_TRIE).then(|| own.to_vec())
+    });
+    let m = Archive::open(missing.as_slice()).unwrap();
+    assert_eq!(m.trie_state(), TrieState::Missing);
+    assert_eq!(answers(&m), expected);
+    let mut damaged = written.clone();
+    damaged[(b.index_offset + b.index_len - 50) as usize] ^= 0x5a;
+    let d = Archive::open(damaged.as_slice()).unwrap();
+    assert_eq!(d.trie_state(), TrieState::Damaged);
+    assert_eq!(answers(&d), expected);
+    assert!(matches!(d.verify(2), Err(Error::Checksum(_))));
+}
+
+/// A batch trie whose hashes are good but whose keys name the batch after
+/// their own: a `get` gives the file or an error, never "not found", and
+/// `verify` finds the index is not what the rows make. A trie beside a batch
+/// trie is refused at open.
+#[test]
+fn a_batch_trie_that_lies_gives_errors_not_answers() {
+    let written = in_order();
+    let a = Archive::open(written.as_slice()).unwrap();
+    let rows = a.data_rows().unwrap();
+    let shifted: Vec<(&str, u64)> = batch_keys(&rows)
+        .into_iter()
+        .map(|(k, r)| (k, (r + SMALL_BATCH_ROWS as u64).min(rows.len() as u64)))
+        .collect();
+    let lying = rebuilt(&written, |name, own| {
+        Some(match name == BATCH_TRIE {
+            true => sharded_trie(&shifted, 4_096),
+            false => own.to_vec(),
+        })
+    });
+    let l = Archive::open(lying.as_slice()).unwrap();
+    let mut refused = 0;
+    for path in a.list("").unwrap() {
+        match l.slices(&path) {
+            Ok(got) => assert_eq!(got, a.slices(&path).unwrap(), "{path}"),
+            Err(Error::Corrupt(_)) => refused += 1,
+            Err(e) => panic!("{path}: {e}"),
+        }
+    }
+    assert!(refused > 0);
+    assert!(matches!(l.verify(2), Err(Error::Corrupt(_))));
+
+    let mut sections: Vec<RawSection> = a
+        .sections()
+        .iter()
+        .map(|s| RawSection {
+            pkg_type: s.pkg_type,
+            module: s.module_name.clone(),
+            bytes: written[s.index_offset as usize..(s.index_offset + s.index_len) as usize]
+                .to_vec(),
+            rows: s.row_count,
+        })
+        .collect();
+    let keys = firsts(&rows)
+        .iter()
+        .map(|r| (r.relative_path.as_str(), r.chunk_seq))
+        .collect::<Vec<_>>();
+    sections.push(RawSection {
+        pkg_type: znippy_format::RESERVED_PKG_TYPE,
+        module: TRIE.into(),
+        bytes: sharded_trie(&keys, 4_096),
+        rows: keys.len() as u64,
+    });
+    let both = assemble(
+        &written[..a.blob_end() as usize],
+        &sections,
+        a.props(),
+        &|_| {},
+    );
+    assert!(matches!(
+        Archive::open(both.as_slice()),
+        Err(Error::Corrupt(_))
+    ));
 }

@@ -1,5 +1,6 @@
-//! Format versions: this writer writes version 7 (no lookup) in every
-//! section, and archives written by earlier versions still read and verify.
+//! Format versions: this writer writes version 8 (no lookup; a batch trie
+//! for rows in path order) in every section, and archives written by earlier
+//! versions still read and verify.
 //!
 //! `data/v1.znippy` and `data/v2.znippy` are archives written by the version-2
 //! writer (`znippy compress --threads 1`, 2026-12-03) from the tree that
@@ -9,7 +10,8 @@
 //! (`znippy compress DIR --threads 1 --chunk-size 2097152 --meta
 //! a.txt=lang=en --meta-archive built=42`, 2026-12-05). `data/v5.znippy` is
 //! that tree and command by the version-5 writer, and `data/v6.znippy` the
-//! same with a wheel beside it, `--repo pypi` (2026-12-06). Their bytes are
+//! same with a wheel beside it, `--repo pypi` (2026-12-06); `data/v7.znippy`
+//! is that tree and command by the version-7 writer. Their bytes are
 //! pinned, so a test that still passes reads the real thing.
 
 mod common;
@@ -19,8 +21,8 @@ use std::fs;
 use common::small_props;
 use sha2::{Digest, Sha256};
 use znippy_format::{
-    append, compress, Archive, InputFile, Kind, MetaTable, MetaUpdate, MetaValue, Metadata, LOOKUP,
-    S_IFDIR, S_IFLNK, TRIE,
+    append, compress, Archive, InputFile, Kind, MetaTable, MetaUpdate, MetaValue, Metadata,
+    TrieState, BATCH_TRIE, LOOKUP, S_IFDIR, S_IFLNK, TRIE,
 };
 
 fn data(name: &str) -> Vec<u8> {
@@ -52,7 +54,12 @@ fn old_meta() -> MetaTable {
 fn section_version(bytes: &[u8]) -> String {
     let a = Archive::open(bytes).unwrap();
     let mut v = None;
-    for s in a.sections().iter().filter(|s| s.module_name != TRIE) {
+    let tries = [TRIE, BATCH_TRIE];
+    for s in a
+        .sections()
+        .iter()
+        .filter(|s| !tries.contains(&s.module_name.as_str()))
+    {
         let sec = &bytes[s.index_offset as usize..(s.index_offset + s.index_len) as usize];
         let r = arrow_ipc::reader::FileReader::try_new(std::io::Cursor::new(sec), None).unwrap();
         let found = r.schema().metadata().get("znippy_format_version").cloned();
@@ -69,7 +76,7 @@ fn read(a: &Archive<&[u8]>, path: &str) -> Vec<u8> {
 }
 
 #[test]
-fn this_writer_writes_version_7_with_or_without_links() {
+fn this_writer_writes_version_8_with_or_without_links() {
     for extra in [None, Some(("l", b"a".to_vec(), S_IFLNK | 0o777))] {
         let mut files = vec![InputFile::from_bytes("a", b"x".to_vec(), Some(0o644))];
         if let Some((p, b, m)) = extra {
@@ -85,10 +92,11 @@ fn this_writer_writes_version_7_with_or_without_links() {
             &mut |_| {},
         )
         .unwrap();
-        assert_eq!(section_version(&out), "7");
+        assert_eq!(section_version(&out), "8");
         let a = Archive::open(out.as_slice()).unwrap();
-        assert_eq!(a.format_version(), 7);
+        assert_eq!(a.format_version(), 8);
         assert!(a.sections().iter().all(|s| s.module_name != LOOKUP));
+        assert_eq!(a.trie_state(), TrieState::Batches);
     }
 }
 
@@ -125,6 +133,11 @@ fn archives_of_earlier_versions_read_and_verify() {
             6,
             "b571dee163dfb8d2ac367f0a1d9fc4e9511ef1edb4419a50a8c48c3011f9efab",
         ),
+        (
+            "v7.znippy",
+            7,
+            "7bdc71803d7a58d25814466359ca349371079c2e76de95f98410b10602206f68",
+        ),
     ] {
         let bytes = data(name);
         assert_eq!(format!("{:x}", Sha256::digest(&bytes)), sha, "{name}");
@@ -132,12 +145,14 @@ fn archives_of_earlier_versions_read_and_verify() {
         assert_eq!(a.format_version(), version, "{name}");
         assert_eq!(section_version(&bytes), version.to_string());
         // `verify` rebuilds the tail in the archive's own version: a version-1
-        // tail rebuilt as version 7 would have no lookup.
+        // tail rebuilt as version 8 would have no lookup, a version-7 one a
+        // batch trie.
         let slices = match version {
             1 => 4,
-            6 => 7,
+            6 | 7 => 7,
             _ => 6,
         };
+        assert_eq!(a.trie_state(), TrieState::Used, "{name}");
         assert_eq!(a.verify(2).unwrap(), slices, "{name}");
         for (path, content) in old_tree() {
             assert_eq!(read(&a, path), content, "{name}: {path}");
@@ -158,7 +173,7 @@ fn archives_of_earlier_versions_read_and_verify() {
             want.push(("l".into(), Kind::Symlink));
             assert_eq!(read(&a, "l"), b"a.txt");
         }
-        if version == 6 {
+        if version >= 6 {
             let wheel = "demo-1.0-py3-none-any.whl";
             want.insert(3, (wheel.into(), Kind::File));
             let rows: Vec<_> = a
@@ -174,9 +189,9 @@ fn archives_of_earlier_versions_read_and_verify() {
 }
 
 /// An append rewrites the whole tail, so a version-1 archive grown by one
-/// batch is byte for byte the version-7 archive of both batches.
+/// batch is byte for byte the version-8 archive of both batches.
 #[test]
-fn an_append_to_a_version_1_archive_writes_version_7() {
+fn an_append_to_a_version_1_archive_writes_version_8() {
     let tmp = tempfile::tempdir().unwrap();
     let p = tmp.path().join("a.znippy");
     fs::write(&p, data("v1.znippy")).unwrap();
@@ -199,7 +214,7 @@ fn an_append_to_a_version_1_archive_writes_version_7() {
     let props = Archive::open(data("v1.znippy").as_slice()).unwrap().props();
     append(&p, second(), MetaUpdate::default(), 1, &mut |_| {}).unwrap();
     let appended = fs::read(&p).unwrap();
-    assert_eq!(section_version(&appended), "7");
+    assert_eq!(section_version(&appended), "8");
 
     let first = old_tree()
         .into_iter()
