@@ -9,18 +9,22 @@
 //!
 //! * The **data index** lists every *slice* (a piece of a file inside a blob,
 //!   with its BLAKE3) in write order, row `i` being slice `i`; the **trie**
-//!   (`fst::Map` shards of 4,096 paths) maps each path to its first data row,
-//!   and the rows of a file follow one another from there. Index sections are
-//!   Arrow IPC files, so pyarrow, Polars or DuckDB can read them by slicing
-//!   the archive.
+//!   (`fst::Map` shards of 4,096 paths, each a zstd frame) maps each path to
+//!   its first data row, and the rows of a file follow one another from
+//!   there. When the rows are in path order already (every compress of a
+//!   directory), a **batch trie** takes its place: the first path of each
+//!   256-row batch, so each path is stored once and a path's batch is
+//!   searched. Index sections are Arrow IPC files, so pyarrow, Polars or
+//!   DuckDB can read them by slicing the archive.
 //! * A reader finds everything from the footer: one 16-byte read at the end, one
-//!   read of the manifest. Getting one file reads the trie's end and one of
-//!   its shards, one batch of the data index and that file's blobs, whatever
-//!   the size of the archive ([`Archive`]). When the trie cannot answer, the
-//!   data index is read once and sorted by path, with the same answers.
-//!   Archives of format versions 1 to 6 (which had a *lookup*, the slices
-//!   sorted by path; before 5 a trie of one map; before 4 a lookup that
-//!   repeated the data index's columns) read as before.
+//!   read of the manifest. Getting one file reads the (batch) trie's end and
+//!   one of its shards, one batch of the data index and that file's blobs,
+//!   whatever the size of the archive ([`Archive`]). When the trie cannot
+//!   answer, the data index is read once and sorted by path, with the same
+//!   answers. Archives of format versions 1 to 7 (which had a trie of plain
+//!   shards and no batch trie; before 7 a *lookup*, the slices sorted by
+//!   path; before 5 a trie of one map; before 4 a lookup that repeated the
+//!   data index's columns) read as before.
 //! * Writing goes through one [`Engine`] (slice, pack small files, hash, dedupe,
 //!   compress on a worker pool, write in order) and one tail writer
 //!   ([`write_tail`]), shared by [`compress`], [`append`] and the store's seal, so

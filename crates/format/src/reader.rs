@@ -441,7 +441,8 @@ impl<R: ReadAt> Archive<R> {
             let loaded = if self.version >= 5 {
                 // Only the trailer, the fence and the records: each shard is
                 // read, and checked against its own hash, when first needed.
-                Trie::sharded(&self.src, s.index_offset, s.index_len, s.row_count)
+                let packed = self.version >= 8;
+                Trie::sharded(&self.src, s.index_offset, s.index_len, s.row_count, packed)
             } else {
                 self.section_bytes(s).and_then(|bytes| {
                     expect_hash(s, blake3::hash(&bytes).as_bytes())?;

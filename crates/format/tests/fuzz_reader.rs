@@ -39,7 +39,8 @@ use std::path::Path;
 
 use common::*;
 use znippy_format::{
-    extract_all, Archive, ArchiveProps, InputFile, Metadata, SectionEntry, TrieState, TRIE,
+    extract_all, Archive, ArchiveProps, InputFile, Metadata, SectionEntry, TrieState, BATCH_TRIE,
+    TRIE,
 };
 use znippy_testkit::fuzz;
 
@@ -59,7 +60,8 @@ struct Seed {
     /// `(start, end)` of each section.
     sections: Vec<(usize, usize)>,
     manifest_offset: usize,
-    /// The trie section's `(start, end, blake3)`, if there is one.
+    /// The trie or batch trie section's `(start, end, blake3)`, if there is
+    /// one (both are laid out alike).
     trie: Option<(usize, usize, [u8; 32])>,
     /// Every slice of the original files, under either chunk size used.
     slices: Vec<Vec<u8>>,
@@ -75,7 +77,7 @@ impl Seed {
         let trie = a
             .sections()
             .iter()
-            .find(|s| s.module_name == TRIE)
+            .find(|s| s.module_name == TRIE || s.module_name == BATCH_TRIE)
             .map(|s| {
                 let (start, end) = range(s);
                 (start, end, s.blake3)
@@ -263,7 +265,8 @@ fn seeds() -> Vec<(Vec<u8>, Seed)> {
     };
     let all: Files = files.iter().cloned().collect();
     let first5: Files = files[..5].iter().cloned().collect();
-    // Versions 5 and 6, with their lookups (tests/versions.rs pins them).
+    // Versions 5 and 6, with their lookups, and 7, with a trie over rows in
+    // path order (tests/versions.rs pins them).
     let fixture = |name: &str| {
         let bytes = std::fs::read(
             Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -293,6 +296,7 @@ fn seeds() -> Vec<(Vec<u8>, Seed)> {
         (packages, all),
         fixture("v5.znippy"),
         fixture("v6.znippy"),
+        fixture("v7.znippy"),
     ]
     .into_iter()
     .map(|(bytes, files)| {
@@ -362,7 +366,7 @@ fn exercise(bytes: &[u8], seed: &Seed, extract_to: Option<&std::path::Path>) -> 
             .get(start..end)
             .is_some_and(|b| blake3::hash(b).as_bytes() == &s.blake3)
     });
-    let mutated_trie = a.trie_state() == TrieState::Used
+    let mutated_trie = matches!(a.trie_state(), TrieState::Used | TrieState::Batches)
         && seed.trie.is_some_and(|(start, end, hash)| {
             bytes.get(start..end).map(|t| *blake3::hash(t).as_bytes()) != Some(hash)
         });

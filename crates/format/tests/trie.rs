@@ -167,6 +167,49 @@ fn missing_and_damaged_tries_give_identical_answers() {
     }
 }
 
+/// From version 8 a shard is a zstd frame of its map, and its hash is of
+/// the frame: one that hashes right but is no such frame (a map stored
+/// plain, as before version 8; a frame that does not state its size, or
+/// states more than a shard may hold, which must not size a buffer; a frame
+/// of bytes that are no map) leaves the questions that need that shard to
+/// the rows, with the same answers.
+#[test]
+fn a_shard_that_does_not_inflate_to_its_map_is_damaged() {
+    let good = resharded(&sample(), 1_024);
+    let expected = answers(&Archive::open(good.as_slice()).unwrap());
+    let rows = Archive::open(good.as_slice()).unwrap().data_rows().unwrap();
+    let keys: Vec<(&str, u64)> = firsts(&rows)
+        .iter()
+        .map(|r| (r.relative_path.as_str(), r.chunk_seq))
+        .collect();
+    // Magic, a header naming an 8-byte content size of 1 TiB, an empty last
+    // raw block.
+    let mut huge = vec![0x28, 0xb5, 0x2f, 0xfd, 0xe0];
+    huge.extend_from_slice(&(1u64 << 40).to_le_bytes());
+    huge.extend_from_slice(&[1, 0, 0]);
+    let bad: [&dyn Fn(Vec<u8>) -> Vec<u8>; 4] = [
+        &|map| map,
+        &|map| zstd::stream::encode_all(map.as_slice(), 3).unwrap(),
+        &|_| huge.clone(),
+        &|_| zstd::bulk::compress(b"no map", 3).unwrap(),
+    ];
+    for (k, bad) in bad.iter().enumerate() {
+        let trie = sharded_trie_with(&keys, 1_024, |i, map| match i {
+            1 => bad(map),
+            _ => zstd::bulk::compress(&map, 3).unwrap(),
+        });
+        let spliced = rebuilt(&good, |name, own| {
+            Some(match name == TRIE {
+                true => trie.clone(),
+                false => own.to_vec(),
+            })
+        });
+        let a = Archive::open(spliced.as_slice()).unwrap();
+        assert_eq!(a.trie_state(), TrieState::Used, "{k}");
+        assert_eq!(answers(&a), expected, "{k}");
+    }
+}
+
 /// The trailer's numbers are not under its hash: ones that overrun the
 /// section, or do not fit the keys, leave no trie, and the same answers.
 #[test]

@@ -10,7 +10,9 @@
 //!
 //! 1. **Open** fetches the last [`WINDOW`] bytes in one request. That holds the
 //!    footer, the manifest, the meta section and, for archives up to some
-//!    25,000 files, the trie and the data index's Arrow footer too.
+//!    25,000 files, the trie and the data index's Arrow footer too (an
+//!    archive compressed from a directory has a batch trie instead, a key
+//!    per 256 files, which the window holds up to a million files or so).
 //! 2. **A miss in the index** (past the blob region) fetches the bytes asked
 //!    for plus up to [`BACK`] bytes before them, so that an Arrow footer's
 //!    length and the footer itself come in one request.

@@ -237,9 +237,22 @@ fn crafted_sections(rows: &[SliceRow]) -> Vec<RawSection> {
     }]
 }
 
-/// A version-5 trie section of `keys` in shards of `shard_keys`, laid out
-/// by hand as docs/format.md (section 6.3) describes it.
+/// A version-8 trie section of `keys` in shards of `shard_keys`, laid out
+/// by hand as docs/format.md (section 6.3) describes it: each shard a zstd
+/// frame, at level 3, of its map.
 pub fn sharded_trie(keys: &[(&str, u64)], shard_keys: usize) -> Vec<u8> {
+    sharded_trie_with(keys, shard_keys, |_, map| {
+        zstd::bulk::compress(&map, 3).unwrap()
+    })
+}
+
+/// [`sharded_trie`] with shard `i` stored as `stored(i, its map's bytes)`
+/// returns, its record's hash of those bytes.
+pub fn sharded_trie_with(
+    keys: &[(&str, u64)],
+    shard_keys: usize,
+    stored: impl Fn(usize, Vec<u8>) -> Vec<u8>,
+) -> Vec<u8> {
     let map = |pairs: &mut dyn Iterator<Item = (&str, u64)>| {
         let mut b = fst::MapBuilder::memory();
         for (k, v) in pairs {
@@ -249,7 +262,7 @@ pub fn sharded_trie(keys: &[(&str, u64)], shard_keys: usize) -> Vec<u8> {
     };
     let (mut out, mut records, mut lasts) = (Vec::new(), Vec::new(), Vec::new());
     for (i, shard) in keys.chunks(shard_keys).enumerate() {
-        let bytes = map(&mut shard.iter().copied());
+        let bytes = stored(i, map(&mut shard.iter().copied()));
         records.extend_from_slice(&(out.len() as u64).to_le_bytes());
         records.extend_from_slice(blake3::hash(&bytes).as_bytes());
         out.extend_from_slice(&bytes);
