@@ -472,12 +472,14 @@ impl<R: ReadAt> Archive<R> {
         rows: TrieRows,
         ask: impl FnOnce(&Trie, &dyn ReadAt) -> Result<Option<T>>,
     ) -> Result<Option<T>> {
+        if let Sorted::InOrder = self.sorted {
+            return Ok(None);
+        }
         let names = match self.version >= 4 {
             true => TrieRows::Data,
             false => TrieRows::Lookup,
         };
         match &self.trie().1 {
-            _ if matches!(self.sorted, Sorted::InOrder) => Ok(None),
             Some(t) if rows == TrieRows::Either || rows == names => ask(t, &self.src),
             _ => Ok(None),
         }

@@ -20,8 +20,9 @@ use crate::error::{Error, Result};
 /// Arrow buffers to 8 bytes rather than 64. Version 8 writes an archive whose
 /// data rows are already in path order (every `compress` of a directory) with
 /// a batch trie ([`BATCH_TRIE`]) in place of the trie: the data sub-index is
-/// then itself the sorted copy, and a path needs only its batch found. Every
-/// archive is written in version 8.
+/// then itself the sorted copy, and a path needs only its batch found; it
+/// also stores each shard of a trie (and of a batch trie) as a zstd frame.
+/// Every archive is written in version 8.
 pub const FORMAT_VERSION: u32 = 8;
 /// Schema-metadata key carrying the format version in every Arrow section.
 pub const VERSION_KEY: &str = "znippy_format_version";

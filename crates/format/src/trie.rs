@@ -26,8 +26,8 @@
 //! From format version 8 each shard is stored as one zstd frame of its map
 //! (level [`SHARD_LEVEL`], the frame stating its content size, at most
 //! [`MAX_SHARD`] bytes): a trie of paths shares what fst cannot (numbered
-//! names, repeated stems across directories), and is about 40% smaller for
-//! one shard's inflate (some 64 KiB) per question. The fence and the records
+//! names, repeated stems across directories), and is a quarter to two fifths
+//! smaller for one shard's inflate (some 64 KiB) per question. The fence and the records
 //! stay plain. A shard's hash is of its stored bytes.
 //!
 //! A reader checks the trailer's hash before it trusts the fence and the
@@ -66,7 +66,7 @@ pub(crate) const SHARD_KEYS: u64 = 4_096;
 const SHARD_LEVEL: i32 = 3;
 /// Most bytes a shard may inflate to (format version 8 on). The writer's
 /// shards of 4,096 keys of at most 4 KiB each stay under 17 MiB.
-pub(crate) const MAX_SHARD: u64 = 64 << 20;
+const MAX_SHARD: u64 = 64 << 20;
 
 /// Bytes of a sharded trie's trailer.
 const TRAILER: u64 = 56;

@@ -66,20 +66,21 @@ fn with_damaged_trie(bytes: &[u8], from_end: u64) -> Vec<u8> {
     out
 }
 
-/// Each path's first data row, in byte order of path: the trie's keys.
-fn firsts(rows: &[SliceRow]) -> Vec<&SliceRow> {
-    let mut f: Vec<&SliceRow> = rows.iter().filter(|r| r.fdata_offset == 0).collect();
-    f.sort_by(|a, b| a.relative_path.cmp(&b.relative_path));
+/// Each path and its first data row, in byte order of path: the trie's keys.
+fn firsts(rows: &[SliceRow]) -> Vec<(&str, u64)> {
+    let mut f: Vec<(&str, u64)> = rows
+        .iter()
+        .filter(|r| r.fdata_offset == 0)
+        .map(|r| (r.relative_path.as_str(), r.chunk_seq))
+        .collect();
+    f.sort();
     f
 }
 
 /// The archive with its trie laid out by hand in shards of `shard_keys`.
 fn resharded(bytes: &[u8], shard_keys: usize) -> Vec<u8> {
     let rows = Archive::open(bytes).unwrap().data_rows().unwrap();
-    let keys: Vec<(&str, u64)> = firsts(&rows)
-        .iter()
-        .map(|r| (r.relative_path.as_str(), r.chunk_seq))
-        .collect();
+    let keys: Vec<(&str, u64)> = firsts(&rows);
     let trie = sharded_trie(&keys, shard_keys);
     rebuilt(bytes, |name, own| {
         Some(if name == TRIE {
@@ -178,10 +179,7 @@ fn a_shard_that_does_not_inflate_to_its_map_is_damaged() {
     let good = resharded(&sample(), 1_024);
     let expected = answers(&Archive::open(good.as_slice()).unwrap());
     let rows = Archive::open(good.as_slice()).unwrap().data_rows().unwrap();
-    let keys: Vec<(&str, u64)> = firsts(&rows)
-        .iter()
-        .map(|r| (r.relative_path.as_str(), r.chunk_seq))
-        .collect();
+    let keys: Vec<(&str, u64)> = firsts(&rows);
     // Magic, a header naming an 8-byte content size of 1 TiB, an empty last
     // raw block.
     let mut huge = vec![0x28, 0xb5, 0x2f, 0xfd, 0xe0];
@@ -248,10 +246,7 @@ fn the_trie_is_the_documented_layout() {
     let good = sample();
     let a = Archive::open(good.as_slice()).unwrap();
     let rows = a.data_rows().unwrap();
-    let keys: Vec<(&str, u64)> = firsts(&rows)
-        .iter()
-        .map(|r| (r.relative_path.as_str(), r.chunk_seq))
-        .collect();
+    let keys: Vec<(&str, u64)> = firsts(&rows);
     assert_eq!(keys.len(), 2_502);
     let t = a.sections().iter().find(|s| s.module_name == TRIE).unwrap();
     let own = &good[t.index_offset as usize..(t.index_offset + t.index_len) as usize];
@@ -287,8 +282,7 @@ fn a_trie_that_names_another_files_row_is_refused() {
     let refused = |bytes: &[u8]| {
         let a = Archive::open(bytes).unwrap();
         assert_eq!(a.trie_state(), TrieState::Used);
-        for r in &firsts {
-            let p = r.relative_path.as_str();
+        for &(p, _) in &firsts {
             assert!(matches!(a.slices(p), Err(Error::Corrupt(_))), "{p}");
             let mut out = Vec::new();
             assert!(a.read_file(p, &mut out).is_err() && out.is_empty(), "{p}");
@@ -300,7 +294,7 @@ fn a_trie_that_names_another_files_row_is_refused() {
     let misleading: Vec<(&str, u64)> = (0..firsts.len())
         .map(|i| {
             let next = firsts[(i + 1) % firsts.len()];
-            (firsts[i].relative_path.as_str(), next.chunk_seq)
+            (firsts[i].0, next.1)
         })
         .collect();
     let trie = sharded_trie(&misleading, 1_024);
@@ -437,10 +431,7 @@ fn a_batch_trie_that_lies_gives_errors_not_answers() {
             rows: s.row_count,
         })
         .collect();
-    let keys = firsts(&rows)
-        .iter()
-        .map(|r| (r.relative_path.as_str(), r.chunk_seq))
-        .collect::<Vec<_>>();
+    let keys = firsts(&rows);
     sections.push(RawSection {
         pkg_type: znippy_format::RESERVED_PKG_TYPE,
         module: TRIE.into(),
