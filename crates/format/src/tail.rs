@@ -119,7 +119,12 @@ pub(crate) fn write_tail_as(
         (side, index)
     });
     let data = checked_data?;
-    let Index { lookup, trie, keys } = index?;
+    let Index {
+        lookup,
+        trie_name,
+        trie,
+        keys,
+    } = index?;
 
     let mut w = Aligned::new(out, tail.blob_end);
     let rows = tail.rows.len() as u64;
@@ -158,7 +163,7 @@ pub(crate) fn write_tail_as(
         }
         None => sections.push(w.data(&data, rows)?),
     }
-    sections.push(w.reserved(trie.0, &trie.1, keys)?);
+    sections.push(w.reserved(trie_name, &trie, keys)?);
 
     if let Metadata::Present(table) = tail.meta {
         let meta = ipc::encode(
@@ -222,11 +227,40 @@ fn encode_data(rows: &[SliceRow], version: u32) -> Result<Vec<u8>> {
 struct Index {
     /// None from version 7.
     lookup: Option<Vec<u8>>,
-    /// The trie, or from version 8 the batch trie when the rows are in path
-    /// order: its module name and bytes.
-    trie: (&'static str, Vec<u8>),
+    /// [`schema::TRIE`], or from version 8 [`schema::BATCH_TRIE`] when the
+    /// rows are in path order.
+    trie_name: &'static str,
+    trie: Vec<u8>,
     /// The trie's keys.
     keys: u64,
+}
+
+/// `(path, row)` pairs with each path kept where it first comes: a trie's
+/// keys, from pairs in byte order of path.
+fn first_of_each<'a>(pairs: impl Iterator<Item = (&'a str, u64)>) -> Vec<(&'a str, u64)> {
+    let mut keys: Vec<(&str, u64)> = Vec::new();
+    for (path, row) in pairs {
+        if keys.last().is_none_or(|(p, _)| *p != path) {
+            keys.push((path, row));
+        }
+    }
+    keys
+}
+
+impl Index {
+    fn new(
+        lookup: Option<Vec<u8>>,
+        trie_name: &'static str,
+        keys: &[(&str, u64)],
+        version: u32,
+    ) -> Result<Self> {
+        Ok(Index {
+            lookup,
+            trie_name,
+            trie: trie::build(keys, version)?,
+            keys: keys.len() as u64,
+        })
+    }
 }
 
 /// The lookup (rows by path, before version 7) and the trie (each path's
@@ -235,19 +269,12 @@ struct Index {
 fn encode_index(rows: &[SliceRow], version: u32) -> Result<Index> {
     if version >= 8 && row::in_path_order(rows) {
         // A batch that starts inside a file's run has that file's path: only
-        // the first batch a path starts is kept, so a key is each batch's
-        // first path (docs/format.md, the batch trie).
-        let mut firsts: Vec<(&str, u64)> = Vec::new();
-        for (i, r) in rows.iter().enumerate().step_by(SMALL_BATCH_ROWS) {
-            if firsts.last().is_none_or(|(p, _)| *p != r.relative_path) {
-                firsts.push((&r.relative_path, i as u64));
-            }
-        }
-        return Ok(Index {
-            lookup: None,
-            trie: (schema::BATCH_TRIE, trie::build(&firsts, version)?),
-            keys: firsts.len() as u64,
-        });
+        // the first batch a path starts is kept (docs/format.md, 6.3.1).
+        let starts = rows
+            .iter()
+            .step_by(SMALL_BATCH_ROWS)
+            .map(|r| (r.relative_path.as_str(), r.chunk_seq));
+        return Index::new(None, schema::BATCH_TRIE, &first_of_each(starts), version);
     }
     let mut sorted: Vec<&SliceRow> = rows.iter().collect();
     sorted.sort_unstable_by(|a, b| {
@@ -280,18 +307,11 @@ fn encode_index(rows: &[SliceRow], version: u32) -> Result<Index> {
 
     // Each path's first slice: from version 4 the trie names its data row
     // (its chunk_seq), before that its lookup row.
-    let mut firsts: Vec<(&str, u64)> = Vec::new();
-    for (i, r) in sorted.iter().enumerate() {
-        if firsts.last().is_none_or(|(p, _)| *p != r.relative_path) {
-            let at = if version >= 4 { r.chunk_seq } else { i as u64 };
-            firsts.push((&r.relative_path, at));
-        }
-    }
-    Ok(Index {
-        lookup,
-        trie: (schema::TRIE, trie::build(&firsts, version)?),
-        keys: firsts.len() as u64,
-    })
+    let firsts = sorted.iter().enumerate().map(|(i, r)| {
+        let at = if version >= 4 { r.chunk_seq } else { i as u64 };
+        (r.relative_path.as_str(), at)
+    });
+    Index::new(lookup, schema::TRIE, &first_of_each(firsts), version)
 }
 
 /// The rules a tail's rows must obey; checked here because every writer comes here.

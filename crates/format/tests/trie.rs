@@ -369,7 +369,11 @@ fn a_batch_trie_answers_as_the_rows_do_without_it() {
         .find(|s| s.module_name == BATCH_TRIE)
         .unwrap()
         .clone();
-    assert_eq!(b.row_count, batch_keys(&rows).len() as u64);
+    // The layout docs/format.md describes (6.3.1), keys as it says them.
+    let keys = batch_keys(&rows);
+    assert_eq!(b.row_count, keys.len() as u64);
+    let own = &written[b.index_offset as usize..(b.index_offset + b.index_len) as usize];
+    assert!(own == sharded_trie(&keys, 4_096).as_slice());
     assert!(b.row_count < rows.len().div_ceil(SMALL_BATCH_ROWS) as u64);
     assert_eq!(a.verify(2).unwrap(), rows.len() as u64);
     let expected = answers(&a);
