@@ -118,8 +118,8 @@ pub use meta::{
 };
 pub use meta_arrow::{MetaValueBuilder, MetaValueColumns};
 pub use package::{
-    column as package_column, value as package_value, Column, ColumnType, Outcome, PackageRow,
-    PackageTable, Packages, Plugin, Plugins, Value, Window, WindowReader, COLUMNS_KEY,
+    column as package_column, value as package_value, Column, ColumnType, Follow, Outcome,
+    PackageRow, PackageTable, Packages, Plugin, Plugins, Value, Window, WindowReader, COLUMNS_KEY,
     MAX_VALUE_LEN, PREFIX, WINDOW_HALF,
 };
 pub use path::{check_nesting, check_twins, nfc, validate as validate_path, MAX_PATH_LEN};

@@ -7,9 +7,12 @@
 //! while the engine compresses it. It sees the file through a [`Window`]: the
 //! first and the last [`WINDOW_HALF`] bytes, which hold what package formats
 //! put their metadata in (a zip's central directory and a wheel's
-//! `.dist-info` at the end, a jar's manifest, a tarball's first members and a
-//! `.deb`'s control archive at the start). So a plugin costs bounded memory
-//! whatever the size of the package, and never sees a file it did not claim.
+//! `.dist-info` at the end, a jar's manifest and a `.deb`'s control archive
+//! at the start). A plugin whose metadata may lie anywhere (a tarball's
+//! member, after all that precedes it) follows the file instead: its
+//! [`Follow`] reader is fed every byte, in order. So a plugin costs bounded
+//! memory whatever the size of the package, and never sees a file it did
+//! not claim.
 //!
 //! The sections are views, not a second home of the slices: every slice stays
 //! in the one data sub-index a `get` reads, and a package row names its file's
@@ -245,8 +248,35 @@ pub trait Plugin: Send + Sync {
         let _ = name;
         false
     }
-    /// Reads the file.
-    fn extract(&self, file: &Window) -> Outcome;
+    /// A reader that follows the file from its first byte, for a plugin
+    /// whose metadata may lie anywhere in it (a tarball's member, after all
+    /// that precedes it); `head` is the file's start. `None`: the plugin
+    /// reads the [`Window`] instead ([`Plugin::extract`]).
+    ///
+    /// A file the window holds whole is fed to it once read; a larger one
+    /// from the moment the window would lose its middle, as it streams past.
+    fn follow(&self, head: &[u8]) -> Option<Box<dyn Follow>> {
+        let _ = head;
+        None
+    }
+    /// Reads the file, through its window, when [`Plugin::follow`] gave no
+    /// reader. A plugin that always follows never sees this call.
+    fn extract(&self, file: &Window) -> Outcome {
+        let _ = file;
+        Outcome::NotAPackage
+    }
+}
+
+/// A plugin's reader of one file as it streams past ([`Plugin::follow`]):
+/// fed the file's bytes in order, cut anywhere, then asked what it made of
+/// them. Its outcome must not depend on where the cuts fall, and what it
+/// holds and decodes must be bounded by constants, as for
+/// [`Plugin::extract`].
+pub trait Follow: Send {
+    /// Takes the file's next bytes.
+    fn feed(&mut self, bytes: &[u8]);
+    /// What the plugin makes of the file, all of it fed.
+    fn finish(self: Box<Self>) -> Outcome;
 }
 
 /// The plugins a compress or append runs, and the repository their rows are
@@ -343,22 +373,20 @@ impl Plugins {
         self.list.iter().find(|p| p.matches_path(path))
     }
 
-    /// Runs `plugin` on `file` and files its rows for `path` in `into`.
+    /// Files the rows `plugin` reads from `file` (its window) for `path` in
+    /// `into`.
     pub(crate) fn record(
         &self,
         plugin: &dyn Plugin,
         path: &str,
-        file: &Window,
+        file: Window,
         into: &mut Packages,
     ) {
         let columns = plugin.columns();
         // A plugin is not to panic; one that does (on a package that a crate
         // it reads with does not expect) fails that package, not the archive.
-        let outcome =
-            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| plugin.extract(file)))
-                .unwrap_or_else(|_| {
-                    Outcome::Damaged(format!("plugin {} failed on it", plugin.name()))
-                });
+        let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| file.outcome()))
+            .unwrap_or_else(|_| Outcome::Damaged(format!("plugin {} failed on it", plugin.name())));
         let rows = match outcome {
             Outcome::NotAPackage => return,
             Outcome::Damaged(e) => vec![PackageRow::damaged(path, e, columns.len())],
@@ -419,7 +447,9 @@ const LOCAL_LEN: usize = 30;
 /// else its first and last [`WINDOW_HALF`] bytes, and, for a plugin that
 /// names zip members it wants ([`Plugin::zip_member`]), each such member's
 /// local header and first [`MAX_KEPT_MEMBER`] bytes wherever they lie (a
-/// shaded jar keeps its `pom.properties` in the middle).
+/// shaded jar keeps its `pom.properties` in the middle). For a plugin that
+/// follows the file ([`Plugin::follow`]), from the moment it grows past
+/// what the window holds, the plugin's reader instead, fed every byte.
 #[derive(Default)]
 pub struct Window {
     len: u64,
@@ -427,7 +457,9 @@ pub struct Window {
     /// The last bytes seen, as a ring once the head is full.
     tail: Vec<u8>,
     tail_at: usize,
-    members: Option<Members>,
+    plugin: Option<Arc<dyn Plugin>>,
+    members: Members,
+    follow: Option<Box<dyn Follow>>,
 }
 
 impl std::fmt::Debug for Window {
@@ -436,14 +468,15 @@ impl std::fmt::Debug for Window {
             .field("len", &self.len)
             .field("head", &self.head.len())
             .field("tail", &self.tail.len())
-            .field("kept", &self.members.as_ref().map_or(0, |m| m.kept.len()))
+            .field("kept", &self.members.kept.len())
+            .field("followed", &self.follow.is_some())
             .finish()
     }
 }
 
 /// The zip members a window keeps as the file streams past.
+#[derive(Default)]
 struct Members {
-    plugin: Arc<dyn Plugin>,
     /// `(offset, bytes)` of each kept piece of the file: from a wanted
     /// member's local header on, grown over every wanted member that starts
     /// inside it.
@@ -462,23 +495,35 @@ impl Window {
         w
     }
 
-    /// An empty window that also keeps the zip members `plugin` wants.
+    /// An empty window on a file `plugin` claimed: it also keeps the zip
+    /// members `plugin` wants, or feeds the plugin's reader.
     pub fn for_plugin(plugin: &Arc<dyn Plugin>) -> Self {
         Window {
-            members: Some(Members {
-                plugin: Arc::clone(plugin),
-                kept: Vec::new(),
-                until: 0,
-                carry: Vec::new(),
-            }),
+            plugin: Some(Arc::clone(plugin)),
             ..Window::default()
         }
     }
 
     /// Takes the file's next bytes.
     pub fn feed(&mut self, bytes: &[u8]) {
-        if let Some(m) = &mut self.members {
-            m.feed(self.len, bytes);
+        let whole = 2 * WINDOW_HALF as u64;
+        if self.follow.is_none() && self.len <= whole && self.len + bytes.len() as u64 > whole {
+            // The window is about to lose the file's middle, which it holds
+            // whole until now (the tail is no ring yet): a plugin that
+            // follows files takes it from here.
+            self.follow = self.plugin.as_ref().and_then(|p| p.follow(&self.head));
+            if let Some(f) = &mut self.follow {
+                f.feed(&self.head);
+                f.feed(&self.tail);
+            }
+        }
+        if let Some(f) = &mut self.follow {
+            f.feed(bytes);
+            self.len += bytes.len() as u64;
+            return;
+        }
+        if let Some(p) = &self.plugin {
+            self.members.feed(p.as_ref(), self.len, bytes);
         }
         self.len += bytes.len() as u64;
         let n = (WINDOW_HALF - self.head.len()).min(bytes.len());
@@ -516,9 +561,8 @@ impl Window {
 
     /// The whole file, when the window holds all of it.
     pub fn whole(&self) -> Option<Vec<u8>> {
-        let held = self.head.len() + self.tail.len();
-        (self.len == held as u64).then(|| {
-            let mut v = vec![0; held];
+        self.whole_held().then(|| {
+            let mut v = vec![0; self.head.len() + self.tail.len()];
             // Cannot fail: the window holds every byte.
             let _ = self.read_at(0, &mut v);
             v
@@ -571,8 +615,9 @@ impl Window {
             }
             return Some(n);
         }
-        let kept = &self.members.as_ref()?.kept;
-        let (start, bytes) = kept
+        let (start, bytes) = self
+            .members
+            .kept
             .iter()
             .find(|(s, b)| *s <= at && at < s + b.len() as u64)?;
         let from = (at - start) as usize;
@@ -586,12 +631,38 @@ impl Window {
     pub fn reader(&self) -> WindowReader<'_> {
         WindowReader { w: self, pos: 0 }
     }
+
+    /// What the plugin that claimed the file makes of it, all of it fed:
+    /// its reader's outcome when it follows the file, else its reading of
+    /// the window. A window no plugin claimed holds no package.
+    pub fn outcome(mut self) -> Outcome {
+        let Some(plugin) = self.plugin.clone() else {
+            return Outcome::NotAPackage;
+        };
+        if self.follow.is_none() && self.whole_held() {
+            self.follow = plugin.follow(&self.head);
+            // A tail that holds the rest of the file is no ring yet.
+            if let Some(f) = &mut self.follow {
+                f.feed(&self.head);
+                f.feed(&self.tail);
+            }
+        }
+        match self.follow.take() {
+            Some(f) => f.finish(),
+            None => plugin.extract(&self),
+        }
+    }
+
+    /// Whether the head and the tail hold every byte of the file.
+    fn whole_held(&self) -> bool {
+        self.len == (self.head.len() + self.tail.len()) as u64
+    }
 }
 
 impl Members {
     /// Finds the wanted members' local headers in `bytes`, which start at
     /// `offset` in the file, and keeps what follows them.
-    fn feed(&mut self, offset: u64, bytes: &[u8]) {
+    fn feed(&mut self, plugin: &dyn Plugin, offset: u64, bytes: &[u8]) {
         let mut carry = std::mem::take(&mut self.carry);
         let carried = carry.len();
         let carry_at = offset - carried as u64;
@@ -601,13 +672,13 @@ impl Members {
         let mut starts: Vec<(u64, u64)> = memchr::memmem::find_iter(&carry, LOCAL)
             .take_while(|&at| at < carried)
             .filter_map(|at| {
-                let len = self.wanted(&carry, at)?;
+                let len = wanted(plugin, &carry, at)?;
                 (at as u64 + len > carried as u64).then_some((carry_at + at as u64, len))
             })
             .collect();
         starts.extend(
             memchr::memmem::find_iter(bytes, LOCAL)
-                .filter_map(|at| Some((offset + at as u64, self.wanted(bytes, at)?))),
+                .filter_map(|at| Some((offset + at as u64, wanted(plugin, bytes, at)?))),
         );
         carry.truncate(carried);
         let src = Source {
@@ -657,22 +728,22 @@ impl Members {
             b.extend_from_slice(&src.bytes[i as usize..(to - src.offset) as usize]);
         }
     }
+}
 
-    /// The length of the local header at `buf[at]` when it names a member
-    /// the plugin wants; `None` for any other, or one cut short.
-    fn wanted(&self, buf: &[u8], at: usize) -> Option<u64> {
-        let h = buf.get(at..at + LOCAL_LEN)?;
-        let u16_at = |i: usize| u16::from_le_bytes([h[i], h[i + 1]]) as usize;
-        let (name_len, extra_len) = (u16_at(26), u16_at(28));
-        if name_len > MAX_NAME {
-            return None;
-        }
-        let name = buf.get(at + LOCAL_LEN..at + LOCAL_LEN + name_len)?;
-        let name = std::str::from_utf8(name).ok()?;
-        self.plugin
-            .zip_member(name)
-            .then_some((LOCAL_LEN + name_len + extra_len) as u64)
+/// The length of the local header at `buf[at]` when it names a member
+/// `plugin` wants; `None` for any other, or one cut short.
+fn wanted(plugin: &dyn Plugin, buf: &[u8], at: usize) -> Option<u64> {
+    let h = buf.get(at..at + LOCAL_LEN)?;
+    let u16_at = |i: usize| u16::from_le_bytes([h[i], h[i + 1]]) as usize;
+    let (name_len, extra_len) = (u16_at(26), u16_at(28));
+    if name_len > MAX_NAME {
+        return None;
     }
+    let name = buf.get(at + LOCAL_LEN..at + LOCAL_LEN + name_len)?;
+    let name = std::str::from_utf8(name).ok()?;
+    plugin
+        .zip_member(name)
+        .then_some((LOCAL_LEN + name_len + extra_len) as u64)
 }
 
 /// Where the bytes around one feed are: the carry before it, and its own.
@@ -1114,12 +1185,7 @@ mod tests {
     /// What a window holds: its head, its tail in file order, its kept pieces.
     fn held(w: &Window) -> (Vec<u8>, Vec<u8>, Kept) {
         let tail = [&w.tail[w.tail_at..], &w.tail[..w.tail_at]].concat();
-        let kept = w
-            .members
-            .as_ref()
-            .map(|m| m.kept.clone())
-            .unwrap_or_default();
-        (w.head.clone(), tail, kept)
+        (w.head.clone(), tail, w.members.kept.clone())
     }
 
     #[test]
@@ -1206,6 +1272,64 @@ mod tests {
         let mut b = vec![0; 100];
         cut.read_at(at as u64, &mut b).unwrap();
         assert_eq!(b, f[at..at + 100]);
+    }
+
+    /// A plugin that follows every file and says what it was fed: its
+    /// length and BLAKE3.
+    struct Follows;
+
+    struct Fed(u64, blake3::Hasher);
+
+    impl Follow for Fed {
+        fn feed(&mut self, bytes: &[u8]) {
+            self.0 += bytes.len() as u64;
+            self.1.update(bytes);
+        }
+        fn finish(self: Box<Self>) -> Outcome {
+            let hash = self.1.finalize().to_hex().to_string();
+            Outcome::Package(vec![vec![Value::I64(self.0 as i64), Value::Str(hash)]])
+        }
+    }
+
+    impl Plugin for Follows {
+        fn name(&self) -> &'static str {
+            "follows"
+        }
+        fn pkg_type(&self) -> i8 {
+            1
+        }
+        fn columns(&self) -> Vec<Column> {
+            Vec::new()
+        }
+        fn matches_path(&self, _: &str) -> bool {
+            true
+        }
+        fn follow(&self, _: &[u8]) -> Option<Box<dyn Follow>> {
+            Some(Box::new(Fed(0, blake3::Hasher::new())))
+        }
+    }
+
+    /// A following plugin is fed every byte of the file once, in order,
+    /// whether the window held it whole (fed once read) or not (fed from
+    /// the moment the window would lose its middle), however it is cut.
+    #[test]
+    fn a_following_plugin_is_fed_the_whole_file_however_it_is_cut() {
+        let plugin: Arc<dyn Plugin> = Arc::new(Follows);
+        let whole = 2 * WINDOW_HALF;
+        for len in [0, 5_000, whole, whole + 1, whole + (5 << 20) + 7] {
+            let f = file(len, &[]);
+            let want = Outcome::Package(vec![vec![
+                Value::I64(len as i64),
+                Value::Str(blake3::hash(&f).to_hex().to_string()),
+            ]]);
+            for step in [len.max(1), 1 << 20, 1_572_864, 65_537] {
+                let mut w = Window::for_plugin(&plugin);
+                for piece in f.chunks(step) {
+                    w.feed(piece);
+                }
+                assert_eq!(w.outcome(), want, "{len} bytes in pieces of {step}");
+            }
+        }
     }
 
     #[test]

@@ -137,7 +137,7 @@ fn read_all(rx: &Mutex<Receiver<Read>>, plugins: &Plugins) -> Vec<(u64, Packages
             return filed;
         };
         let mut p = Packages::default();
-        plugins.record(plugin.as_ref(), &path, &window, &mut p);
+        plugins.record(plugin.as_ref(), &path, window, &mut p);
         filed.push((at, p));
     }
 }

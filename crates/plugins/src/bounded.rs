@@ -5,8 +5,9 @@ use std::io::{self, Read};
 /// Most bytes of one member (a `pom.properties`, a `PKG-INFO`) read.
 pub const MAX_MEMBER: u64 = 1 << 20;
 /// Most bytes a decompressor may produce while a plugin looks for its
-/// members: what a compression bomb costs at most.
-pub const MAX_DECODED: u64 = 64 << 20;
+/// members: what a compression bomb costs at most. Room for real sdists
+/// that keep `PKG-INFO` last: numpy 2.1.3's decodes 68 MB before it.
+pub const MAX_DECODED: u64 = 256 << 20;
 
 /// Reads `r` to its end, refusing more than [`MAX_MEMBER`] bytes.
 pub(crate) fn read_member(r: impl Read, what: &str) -> Result<Vec<u8>, String> {

@@ -1,7 +1,7 @@
 //! Rust crates: the normalized `NAME-VERSION/Cargo.toml` cargo packages.
 
 use toml::Value as Toml;
-use znippy_format::{Column, ColumnType, Outcome, Plugin, Value, Window};
+use znippy_format::{Column, ColumnType, Follow, Outcome, Plugin, Value};
 
 use crate::bounded::text;
 use crate::tarball;
@@ -34,20 +34,24 @@ impl Plugin for Cargo {
         crate::has_extension(path, &[".crate"])
     }
 
-    fn extract(&self, file: &Window) -> Outcome {
-        match read(file) {
-            Ok(row) => Outcome::Package(vec![row]),
-            Err(e) => Outcome::Damaged(e),
-        }
+    fn follow(&self, head: &[u8]) -> Option<Box<dyn Follow>> {
+        let want = |p: &str| tarball::one_down(p, "Cargo.toml");
+        Some(tarball::Follower::boxed(
+            head,
+            want,
+            |_| false,
+            |walked| match read(walked) {
+                Ok(row) => Outcome::Package(vec![row]),
+                Err(e) => Outcome::Damaged(e),
+            },
+        ))
     }
 }
 
-fn read(file: &Window) -> Result<Vec<Value>, String> {
-    let found = tarball::find(file.head(), file.reader(), |p| {
-        tarball::one_down(p, "Cargo.toml")
-    })
-    .map_err(|e| crate::beyond_head(file, e))?;
-    let (_, bytes) = found.ok_or("a crate without NAME-VERSION/Cargo.toml")?;
+fn read(walked: tarball::Walked) -> Result<Vec<Value>, String> {
+    let (_, bytes) = walked
+        .found?
+        .ok_or("a crate without NAME-VERSION/Cargo.toml")?;
     let manifest: toml::Table = text(bytes, "Cargo.toml")?
         .parse()
         .map_err(|e| format!("Cargo.toml: {e}"))?;

@@ -47,7 +47,7 @@ impl Plugin for Deb {
 
 fn read(file: &Window) -> Result<Vec<Value>, String> {
     let control_tar = control_tar(file.head())?;
-    let (_, control) = tarball::find(control_tar, control_tar, |p| p == "control")?
+    let (_, control) = tarball::find(control_tar, |p| p == "control")?
         .ok_or("control.tar holds no control file")?;
     let fields = headers::parse(&text(control, "control")?, false);
     let get = |k| Value::opt_str(headers::first(&fields, k));

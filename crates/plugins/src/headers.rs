@@ -3,13 +3,14 @@
 
 /// The fields of the first paragraph (up to the first empty line), in order,
 /// names as written. A line that starts with a space or a tab continues the
-/// field before it: joined with a newline (RFC 822), or, for a jar manifest
-/// (`jar = true`), with the one leading space removed, as the manifest
-/// format wraps at 72 bytes.
+/// field before it, even one of nothing else (a blank line inside a
+/// license's text, as Python's email parser reads it): joined with a
+/// newline (RFC 822), or, for a jar manifest (`jar = true`), with the one
+/// leading space removed, as the manifest format wraps at 72 bytes.
 pub(crate) fn parse(text: &str, jar: bool) -> Vec<(String, String)> {
     let mut out: Vec<(String, String)> = Vec::new();
     for line in text.lines() {
-        if line.trim().is_empty() {
+        if line.is_empty() {
             break;
         }
         if line.starts_with([' ', '\t']) {
@@ -57,6 +58,13 @@ mod tests {
         let f = parse("Name: a\nDescription: one\n two\n\nBody: x\n", false);
         assert_eq!(first(&f, "description").as_deref(), Some("one\ntwo"));
         assert_eq!(first(&f, "Body"), None);
+        // numpy's PKG-INFO: its license's blank lines are indented.
+        let f = parse(
+            "License: a\n         \n         b\nRequires-Python: >=3\n",
+            false,
+        );
+        assert_eq!(first(&f, "License").as_deref(), Some("a\n\nb"));
+        assert_eq!(first(&f, "Requires-Python").as_deref(), Some(">=3"));
         let m = parse("Implementation-Title: abcdefg\n hij\r\n", true);
         assert_eq!(
             first(&m, "Implementation-Title").as_deref(),

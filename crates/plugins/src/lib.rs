@@ -3,7 +3,8 @@
 //!
 //! Each plugin claims paths by name and reads typed columns out of a claimed
 //! file's [`Window`] (its first and last few MiB, `znippy_format::package`)
-//! while the engine compresses it:
+//! while the engine compresses it, or, for a tarball, follows the file from
+//! its first byte to the member it wants, however large ([`Follow`]):
 //!
 //! | plugin | `pkg_type` | claims | reads |
 //! |---|---|---|---|
@@ -14,7 +15,8 @@
 //! | `deb` | 5 | `*.deb` | `control` inside `control.tar.*` |
 //!
 //! Modules: `zipped.rs` (zip members, through the `zip` crate), `tarball.rs`
-//! (tar members under gzip, xz, zstd or bzip2), `bounded.rs` (the caps every
+//! (tar members under gzip, xz, zstd or bzip2, walked as the bytes are
+//! pushed), `bounded.rs` (the caps every
 //! read keeps), `headers.rs` (RFC 822 style headers: `PKG-INFO`, `control`,
 //! `MANIFEST.MF`), then one module per plugin.
 //!
@@ -38,7 +40,7 @@ mod zipped;
 use std::sync::Arc;
 
 use znippy_format::Plugin;
-pub use znippy_format::{Outcome, Window};
+pub use znippy_format::{Follow, Outcome, Window};
 
 pub use bounded::{MAX_DECODED, MAX_MEMBER};
 

@@ -1,7 +1,7 @@
 //! npm tarballs: `package/package.json`.
 
 use serde_json::Value as Json;
-use znippy_format::{Column, ColumnType, Outcome, Plugin, Value, Window};
+use znippy_format::{Column, ColumnType, Follow, Outcome, Plugin, Value};
 
 use crate::tarball;
 
@@ -34,40 +34,43 @@ impl Plugin for Npm {
         crate::has_extension(path, &[".tgz"])
     }
 
-    fn extract(&self, file: &Window) -> Outcome {
-        let found = tarball::find(file.head(), file.reader(), |p| {
-            tarball::one_down(p, "package.json")
-        });
-        let bytes = match found {
-            Ok(Some((_, bytes))) => bytes,
-            Ok(None) => return Outcome::NotAPackage,
-            Err(e) => return Outcome::Damaged(crate::beyond_head(file, e)),
-        };
-        let json: Json = match serde_json::from_slice(&bytes) {
-            Ok(j) => j,
-            Err(e) => return Outcome::Damaged(format!("package.json: {e}")),
-        };
-        let s = |k: &str| Value::opt_str(json.get(k).and_then(Json::as_str));
-        // `"license": "MIT"`, or the old `{"type": "MIT"}`.
-        let license = json
-            .get("license")
-            .and_then(|l| l.as_str().or_else(|| l.get("type").and_then(Json::as_str)));
-        let deps = |k: &str| match json.get(k).and_then(Json::as_object) {
-            Some(o) => Value::Map(
-                o.iter()
-                    .map(|(name, v)| (name.clone(), v.as_str().unwrap_or("").to_string()))
-                    .collect(),
-            ),
-            None => Value::Null,
-        };
-        Outcome::Package(vec![vec![
-            s("name"),
-            s("version"),
-            s("description"),
-            Value::opt_str(license),
-            deps("dependencies"),
-            deps("peerDependencies"),
-            deps("devDependencies"),
-        ]])
+    fn follow(&self, head: &[u8]) -> Option<Box<dyn Follow>> {
+        let want = |p: &str| tarball::one_down(p, "package.json");
+        Some(tarball::Follower::boxed(head, want, |_| false, read))
     }
+}
+
+/// `package/package.json`, read.
+fn read(walked: tarball::Walked) -> Outcome {
+    let bytes = match walked.found {
+        Ok(Some((_, bytes))) => bytes,
+        Ok(None) => return Outcome::NotAPackage,
+        Err(e) => return Outcome::Damaged(e),
+    };
+    let json: Json = match serde_json::from_slice(&bytes) {
+        Ok(j) => j,
+        Err(e) => return Outcome::Damaged(format!("package.json: {e}")),
+    };
+    let s = |k: &str| Value::opt_str(json.get(k).and_then(Json::as_str));
+    // `"license": "MIT"`, or the old `{"type": "MIT"}`.
+    let license = json
+        .get("license")
+        .and_then(|l| l.as_str().or_else(|| l.get("type").and_then(Json::as_str)));
+    let deps = |k: &str| match json.get(k).and_then(Json::as_object) {
+        Some(o) => Value::Map(
+            o.iter()
+                .map(|(name, v)| (name.clone(), v.as_str().unwrap_or("").to_string()))
+                .collect(),
+        ),
+        None => Value::Null,
+    };
+    Outcome::Package(vec![vec![
+        s("name"),
+        s("version"),
+        s("description"),
+        Value::opt_str(license),
+        deps("dependencies"),
+        deps("peerDependencies"),
+        deps("devDependencies"),
+    ]])
 }

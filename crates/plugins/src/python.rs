@@ -1,6 +1,6 @@
 //! Python wheels (`*.dist-info/METADATA` and `WHEEL`) and sdists (`PKG-INFO`).
 
-use znippy_format::{Column, ColumnType, Outcome, Plugin, Value, Window};
+use znippy_format::{Column, ColumnType, Follow, Outcome, Plugin, Value, Window};
 
 use crate::bounded::text;
 use crate::headers;
@@ -41,15 +41,16 @@ impl Plugin for Python {
         dist_info(name, "METADATA") || dist_info(name, "WHEEL")
     }
 
+    /// An sdist (anything but a zip) is followed to its `PKG-INFO`.
+    fn follow(&self, head: &[u8]) -> Option<Box<dyn Follow>> {
+        let sdist = !head.starts_with(b"PK");
+        sdist.then(|| tarball::Follower::boxed(head, pkg_info, build_file, read_sdist))
+    }
+
+    /// A wheel.
     fn extract(&self, file: &Window) -> Outcome {
-        let wheel = file.head().starts_with(b"PK");
-        let read = match wheel {
-            true => read_wheel(file).map(Some),
-            false => read_sdist(file),
-        };
-        match read {
-            Ok(Some(row)) => Outcome::Package(vec![row]),
-            Ok(None) => Outcome::NotAPackage,
+        match read_wheel(file) {
+            Ok(row) => Outcome::Package(vec![row]),
             Err(e) => Outcome::Damaged(e),
         }
     }
@@ -79,24 +80,32 @@ fn dist_info(name: &str, leaf: &str) -> bool {
         .is_some_and(|(d, rest)| d.ends_with(".dist-info") && rest == leaf)
 }
 
-fn read_sdist(file: &Window) -> Result<Option<Vec<Value>>, String> {
-    // `.tar.gz` does not say sdist: one is recognized by its PKG-INFO. A
-    // tarball in which none is found is no package, unless it showed the
-    // build files of one (`NAME-VERSION/pyproject.toml` or `setup.py`)
-    // before it could not be read further: an sdist whose PKG-INFO lies
-    // past the window or past a damaged member is one to report.
-    let mut built = false;
-    let found = tarball::find(file.head(), file.reader(), |p| {
-        built |= tarball::one_down(p, "pyproject.toml") || tarball::one_down(p, "setup.py");
-        tarball::one_down(p, "PKG-INFO")
-    });
-    let bytes = match found {
+fn pkg_info(path: &str) -> bool {
+    tarball::one_down(path, "PKG-INFO")
+}
+
+fn build_file(path: &str) -> bool {
+    tarball::one_down(path, "pyproject.toml") || tarball::one_down(path, "setup.py")
+}
+
+/// `.tar.gz` does not say sdist: one is recognized by its PKG-INFO. A
+/// tarball in which none is found is no package, unless it showed the build
+/// files of one (`NAME-VERSION/pyproject.toml` or `setup.py`) before it could
+/// not be read further: an sdist whose PKG-INFO lies past a damaged member
+/// is one to report.
+fn read_sdist(walked: tarball::Walked) -> Outcome {
+    let bytes = match walked.found {
         Ok(Some((_, bytes))) => bytes,
-        Err(e) if built => return Err(crate::beyond_head(file, e)),
-        Ok(None) | Err(_) => return Ok(None),
+        Err(e) if walked.marked => return Outcome::Damaged(e),
+        Ok(None) | Err(_) => return Outcome::NotAPackage,
     };
-    let fields = headers::parse(&text(bytes, "PKG-INFO")?, false);
-    Ok(Some(row(&fields, "sdist", Value::Null)))
+    match text(bytes, "PKG-INFO") {
+        Ok(t) => {
+            let fields = headers::parse(&t, false);
+            Outcome::Package(vec![row(&fields, "sdist", Value::Null)])
+        }
+        Err(e) => Outcome::Damaged(e),
+    }
 }
 
 fn row(fields: &[(String, String)], kind: &str, tags: Value) -> Vec<Value> {

@@ -1,52 +1,425 @@
-//! Members of a tar stream, plain or under gzip, xz, zstd or bzip2, read
-//! from its start until the one a plugin wants.
+//! Members of a tar stream, plain or under gzip, xz, zstd or bzip2, walked
+//! as its bytes are pushed: a tarball plugin follows its file from the first
+//! byte to the member it wants, however large the file, and decodes nothing
+//! after it.
+//!
+//! The tar is read by hand, as the format is 512-byte headers of fixed
+//! fields: a header's size is taken as a count of bytes to pass, never as
+//! one to allocate. Long names and pax headers are members to pass, like any
+//! other; the names looked for are short.
 
-use std::io::Read;
+use std::io::{self, Write};
 
-use crate::bounded::{read_member, Capped};
+use znippy_format::{Follow, Outcome};
 
-/// The decompressor `head` (the stream's first bytes) starts with, by magic
-/// number, over the stream `r`; plain tar otherwise.
-fn decoder<'a>(head: &[u8], r: impl Read + 'a) -> Result<Box<dyn Read + 'a>, String> {
-    Ok(match head {
-        [0x1f, 0x8b, ..] => Box::new(flate2::read::GzDecoder::new(r)),
-        [0xfd, b'7', b'z', b'X', b'Z', 0, ..] => Box::new(liblzma::read::XzDecoder::new(r)),
-        [0x28, 0xb5, 0x2f, 0xfd, ..] => {
-            Box::new(zstd::stream::read::Decoder::new(r).map_err(|e| format!("zstd: {e}"))?)
-        }
-        [b'B', b'Z', b'h', ..] => Box::new(bzip2::read::BzDecoder::new(r)),
-        _ => Box::new(r),
-    })
+use crate::bounded::{MAX_DECODED, MAX_MEMBER};
+
+/// Most memory an xz decoder may take (a dictionary of up to 32 MiB, what
+/// `xz -8` writes), and the largest zstd window (32 MiB): a header that
+/// asks for more is refused, not allocated.
+const MAX_XZ_MEMORY: u64 = 40 << 20;
+const MAX_ZSTD_WINDOW_LOG: u32 = 25;
+
+/// A tar block: headers and members' padding.
+const BLOCK: usize = 512;
+
+/// The first member `want` named, with its path (`None` when the stream
+/// ended without one), or why the stream could not be read that far.
+pub(crate) type Found = Result<Option<(String, Vec<u8>)>, String>;
+
+/// What a walk found, and whether `mark` named a member before that point.
+pub(crate) struct Walked {
+    pub(crate) found: Found,
+    pub(crate) marked: bool,
 }
 
-/// The first member of the tar stream `r` (compressed or not; `head` is its
-/// start) whose path passes `want`, with its path; `None` when the stream
-/// ends without one. Decoding stops at the member: nothing after it is
-/// inflated. A package's stream is `Window::reader`: all of a file of up to
-/// twice `WINDOW_HALF`, and an error past its head for a larger one.
-pub(crate) fn find<'a>(
-    head: &[u8],
-    r: impl Read + 'a,
-    mut want: impl FnMut(&str) -> bool,
-) -> Result<Option<(String, Vec<u8>)>, String> {
-    let mut tar = tar::Archive::new(Capped::new(decoder(head, r)?));
-    // Raw: long names and pax headers are entries to skip, not data the tar
-    // crate reads whole at whatever size their header claims.
-    let entries = tar
-        .entries()
-        .map(|e| e.raw(true))
-        .map_err(|e| format!("not a readable tar: {e}"))?;
-    for entry in entries {
-        let entry = entry.map_err(|e| format!("not a readable tar: {e}"))?;
-        let path = entry.path_bytes();
-        let path = String::from_utf8_lossy(&path);
-        let path = path.strip_prefix("./").unwrap_or(&path).to_string();
-        if entry.header().entry_type().is_file() && want(&path) {
-            let bytes = read_member(entry, &path)?;
-            return Ok(Some((path, bytes)));
+/// Compressed bytes a decoder is given per write, at offsets that are
+/// multiples of it.
+const STEP: usize = 64 << 10;
+
+/// A walk over one tar stream, fed its bytes in order.
+///
+/// The decoders are written the stream in steps of [`STEP`] bytes from its
+/// start, whatever the pieces it is fed in: a decoder that meets damage
+/// passes on what it decoded before it or not depending on where its writes
+/// began, and a walk's outcome is to depend on the bytes alone.
+pub(crate) struct Walk {
+    decoder: Decoder,
+    /// The current step's bytes, until it is whole.
+    step: Vec<u8>,
+}
+
+enum Decoder {
+    Plain(Tar),
+    Gz(flate2::write::GzDecoder<Tar>),
+    Xz(liblzma::write::XzDecoder<Tar>),
+    Zstd(zstd::stream::write::Decoder<'static, Tar>),
+    Bz(bzip2::write::BzDecoder<Tar>),
+}
+
+impl Walk {
+    /// A walk over the stream that starts with `head` (compressed, by its
+    /// magic number, or plain tar), for the first regular file whose path
+    /// (without a leading `./`) passes `want`; `mark` is asked of every
+    /// regular file before it.
+    pub(crate) fn new(head: &[u8], want: fn(&str) -> bool, mark: fn(&str) -> bool) -> Self {
+        let tar = Tar::new(want, mark);
+        let decoder = match head {
+            [0x1f, 0x8b, ..] => Decoder::Gz(flate2::write::GzDecoder::new(tar)),
+            [0xfd, b'7', b'z', b'X', b'Z', 0, ..] => {
+                match liblzma::stream::Stream::new_stream_decoder(MAX_XZ_MEMORY, 0) {
+                    Ok(s) => Decoder::Xz(liblzma::write::XzDecoder::new_stream(tar, s)),
+                    Err(e) => Decoder::Plain(tar.ended(Err(format!("xz: {e}")))),
+                }
+            }
+            [0x28, 0xb5, 0x2f, 0xfd, ..] => {
+                let made = zstd::stream::write::Decoder::new(tar).and_then(|mut d| {
+                    d.window_log_max(MAX_ZSTD_WINDOW_LOG)?;
+                    Ok(d)
+                });
+                match made {
+                    Ok(d) => Decoder::Zstd(d),
+                    Err(e) => Decoder::Plain(Tar::new(want, mark).ended(Err(format!("zstd: {e}")))),
+                }
+            }
+            [b'B', b'Z', b'h', ..] => Decoder::Bz(bzip2::write::BzDecoder::new(tar)),
+            _ => Decoder::Plain(tar),
+        };
+        Walk {
+            decoder,
+            step: Vec::new(),
         }
     }
-    Ok(None)
+
+    fn tar(&self) -> &Tar {
+        match &self.decoder {
+            Decoder::Plain(t) => t,
+            Decoder::Gz(d) => d.get_ref(),
+            Decoder::Xz(d) => d.get_ref(),
+            Decoder::Zstd(d) => d.get_ref(),
+            Decoder::Bz(d) => d.get_ref(),
+        }
+    }
+
+    fn tar_mut(&mut self) -> &mut Tar {
+        match &mut self.decoder {
+            Decoder::Plain(t) => t,
+            Decoder::Gz(d) => d.get_mut(),
+            Decoder::Xz(d) => d.get_mut(),
+            Decoder::Zstd(d) => d.get_mut(),
+            Decoder::Bz(d) => d.get_mut(),
+        }
+    }
+
+    /// Takes the stream's next bytes; once the walk has ended, passes them.
+    pub(crate) fn feed(&mut self, mut bytes: &[u8]) {
+        while !bytes.is_empty() && self.tar().end.is_none() {
+            if self.step.is_empty() && bytes.len() >= STEP {
+                self.write(&bytes[..STEP]);
+                bytes = &bytes[STEP..];
+                continue;
+            }
+            let n = bytes.len().min(STEP - self.step.len());
+            self.step.extend_from_slice(&bytes[..n]);
+            bytes = &bytes[n..];
+            if self.step.len() == STEP {
+                let step = std::mem::take(&mut self.step);
+                self.write(&step);
+                self.step = step;
+                self.step.clear();
+            }
+        }
+    }
+
+    /// Writes one step to the decoder.
+    fn write(&mut self, mut bytes: &[u8]) {
+        while !bytes.is_empty() && self.tar().end.is_none() {
+            let wrote = match &mut self.decoder {
+                Decoder::Plain(t) => t.write(bytes),
+                Decoder::Gz(d) => d.write(bytes),
+                Decoder::Xz(d) => d.write(bytes),
+                Decoder::Zstd(d) => d.write(bytes),
+                Decoder::Bz(d) => d.write(bytes),
+            };
+            match wrote {
+                // The compressed stream ended: what follows it is not read.
+                Ok(0) => return,
+                Ok(n) => bytes = &bytes[n..],
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => self.tar_mut().fail(e),
+            }
+        }
+    }
+
+    /// What the walk found, the stream fed to its end.
+    pub(crate) fn end(mut self) -> Walked {
+        let last = std::mem::take(&mut self.step);
+        self.write(&last);
+        if self.tar().end.is_none() {
+            // The decoders' last output, and the check of their trailers.
+            let finished = match &mut self.decoder {
+                Decoder::Plain(_) => Ok(()),
+                Decoder::Gz(d) => d.try_finish(),
+                Decoder::Xz(d) => d.try_finish(),
+                Decoder::Zstd(d) => d.flush(),
+                Decoder::Bz(d) => d.try_finish(),
+            };
+            if let Err(e) = finished {
+                self.tar_mut().fail(e);
+            }
+        }
+        let tar = self.tar_mut();
+        let found = match tar.end.take() {
+            Some(end) => end,
+            None if tar.filled == 0 && tar.pass == 0 && tar.member.is_none() => Ok(None),
+            None => Err("not a readable tar: it ends inside a member".into()),
+        };
+        Walked {
+            found,
+            marked: tar.marked,
+        }
+    }
+}
+
+/// The tar walker the decoder writes into. It answers a write with an error
+/// once it has ended (found its member, hit a cap, met a damaged header), so
+/// that the decoder stops there.
+struct Tar {
+    want: fn(&str) -> bool,
+    mark: fn(&str) -> bool,
+    marked: bool,
+    /// The header being gathered, and how much of it is.
+    header: [u8; BLOCK],
+    filled: usize,
+    /// Bytes of a member (and its padding) still to pass.
+    pass: u64,
+    /// The wanted member being gathered: its path, its bytes, and how many
+    /// of them are still to come.
+    member: Option<(String, Vec<u8>, u64)>,
+    decoded: u64,
+    end: Option<Found>,
+}
+
+impl Tar {
+    fn new(want: fn(&str) -> bool, mark: fn(&str) -> bool) -> Self {
+        Tar {
+            want,
+            mark,
+            marked: false,
+            header: [0; BLOCK],
+            filled: 0,
+            pass: 0,
+            member: None,
+            decoded: 0,
+            end: None,
+        }
+    }
+
+    /// A walker that has ended before a byte: a decoder that could not be
+    /// made.
+    fn ended(mut self, end: Found) -> Self {
+        self.end = Some(end);
+        self
+    }
+
+    /// Ends the walk on a decoder's error, unless it ended before (the error
+    /// is then the walker's own answer to a write).
+    fn fail(&mut self, e: io::Error) {
+        self.end
+            .get_or_insert_with(|| Err(format!("not a readable tar: {e}")));
+    }
+
+    /// Walks `bytes`, the next of the decoded stream; sets `end` when done.
+    fn walk(&mut self, mut bytes: &[u8]) {
+        while !bytes.is_empty() && self.end.is_none() {
+            if let Some((_, got, left)) = &mut self.member {
+                let n = bytes.len().min(*left as usize);
+                got.extend_from_slice(&bytes[..n]);
+                *left -= n as u64;
+                bytes = &bytes[n..];
+                if *left == 0 {
+                    self.end = self
+                        .member
+                        .take()
+                        .map(|(path, got, _)| Ok(Some((path, got))));
+                }
+            } else if self.pass > 0 {
+                let n = bytes
+                    .len()
+                    .min(usize::try_from(self.pass).unwrap_or(usize::MAX));
+                self.pass -= n as u64;
+                bytes = &bytes[n..];
+            } else {
+                let n = bytes.len().min(BLOCK - self.filled);
+                self.header[self.filled..self.filled + n].copy_from_slice(&bytes[..n]);
+                self.filled += n;
+                bytes = &bytes[n..];
+                if self.filled == BLOCK {
+                    self.filled = 0;
+                    let header = self.header;
+                    self.next(&header);
+                }
+            }
+        }
+    }
+
+    /// Takes in one whole header.
+    fn next(&mut self, h: &[u8]) {
+        if h.iter().all(|&b| b == 0) {
+            // The end-of-archive marker.
+            self.end = Some(Ok(None));
+            return;
+        }
+        let Some(size) = header_size(h) else {
+            self.end = Some(Err(
+                "not a readable tar: a header's size is not a number".into()
+            ));
+            return;
+        };
+        if !checksum_ok(h) {
+            self.end = Some(Err(
+                "not a readable tar: a header's checksum is wrong".into()
+            ));
+            return;
+        }
+        let padded = size.div_ceil(BLOCK as u64) * BLOCK as u64;
+        let path = header_path(h);
+        let path = path.strip_prefix("./").unwrap_or(&path).to_string();
+        // Regular files only: `0`, or NUL from before POSIX.
+        if matches!(h[156], b'0' | 0) {
+            if (self.want)(&path) {
+                if size > MAX_MEMBER {
+                    let e = format!("{path} is larger than {} KiB", MAX_MEMBER >> 10);
+                    self.end = Some(Err(e));
+                } else if size == 0 {
+                    self.end = Some(Ok(Some((path, Vec::new()))));
+                } else {
+                    self.member = Some((path, Vec::with_capacity(size as usize), size));
+                }
+                return;
+            }
+            self.marked |= (self.mark)(&path);
+        }
+        self.pass = padded;
+    }
+}
+
+impl Write for Tar {
+    fn write(&mut self, bytes: &[u8]) -> io::Result<usize> {
+        if self.end.is_none() {
+            // Past the cap, only the bytes up to it are walked: the walk
+            // ends where the stream's bytes say, whatever the cuts.
+            let room = MAX_DECODED - self.decoded;
+            let n = bytes.len().min(usize::try_from(room).unwrap_or(usize::MAX));
+            self.decoded += n as u64;
+            self.walk(&bytes[..n]);
+            if self.end.is_none() && n < bytes.len() {
+                self.end = Some(Err(format!(
+                    "more than {} MiB decoded before the metadata was found",
+                    MAX_DECODED >> 20
+                )));
+            }
+        }
+        match self.end {
+            None => Ok(bytes.len()),
+            Some(_) => Err(io::Error::other("the walk has ended")),
+        }
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+/// A header's size field: octal digits, or GNU's base-256 for large ones.
+fn header_size(h: &[u8]) -> Option<u64> {
+    let field = &h[124..136];
+    if field[0] & 0x80 != 0 {
+        // Base-256, big-endian, the first byte's high bit the marker: more
+        // than 8 bytes of it (or a negative size) is no size a tar holds.
+        if field[0] != 0x80 || field[1..4].iter().any(|&b| b != 0) {
+            return None;
+        }
+        return Some(field[4..].iter().fold(0u64, |n, &b| n << 8 | b as u64));
+    }
+    octal(field)
+}
+
+/// An octal field, spaces and NULs around it.
+fn octal(field: &[u8]) -> Option<u64> {
+    let s = std::str::from_utf8(field).ok()?;
+    let s = s.trim_matches(|c| c == ' ' || c == '\0');
+    match s.is_empty() {
+        true => Some(0),
+        false => u64::from_str_radix(s, 8).ok(),
+    }
+}
+
+/// Whether the checksum field is the sum of the header's bytes, the field
+/// itself taken as spaces.
+fn checksum_ok(h: &[u8]) -> bool {
+    let sum: u64 = h
+        .iter()
+        .enumerate()
+        .map(|(i, &b)| if (148..156).contains(&i) { b' ' } else { b } as u64)
+        .sum();
+    octal(&h[148..156]) == Some(sum)
+}
+
+/// A header's path: the name, after the prefix of a POSIX (ustar) header.
+fn header_path(h: &[u8]) -> String {
+    let field = |r: std::ops::Range<usize>| {
+        let f = &h[r];
+        let end = f.iter().position(|&b| b == 0).unwrap_or(f.len());
+        String::from_utf8_lossy(&f[..end]).into_owned()
+    };
+    let name = field(0..100);
+    match &h[257..263] == b"ustar\0" {
+        true => match field(345..500) {
+            prefix if prefix.is_empty() => name,
+            prefix => format!("{prefix}/{name}"),
+        },
+        false => name,
+    }
+}
+
+/// The first member of the whole tar stream `bytes` whose path passes
+/// `want`, with its path; `None` when the stream ends without one.
+pub(crate) fn find(bytes: &[u8], want: fn(&str) -> bool) -> Found {
+    let mut walk = Walk::new(bytes, want, |_| false);
+    walk.feed(bytes);
+    walk.end().found
+}
+
+/// A tarball plugin's reader: a walk, then what the plugin makes of what it
+/// found.
+pub(crate) struct Follower {
+    walk: Walk,
+    read: fn(Walked) -> Outcome,
+}
+
+impl Follower {
+    pub(crate) fn boxed(
+        head: &[u8],
+        want: fn(&str) -> bool,
+        mark: fn(&str) -> bool,
+        read: fn(Walked) -> Outcome,
+    ) -> Box<dyn Follow> {
+        Box::new(Follower {
+            walk: Walk::new(head, want, mark),
+            read,
+        })
+    }
+}
+
+impl Follow for Follower {
+    fn feed(&mut self, bytes: &[u8]) {
+        self.walk.feed(bytes);
+    }
+
+    fn finish(self: Box<Self>) -> Outcome {
+        (self.read)(self.walk.end())
+    }
 }
 
 /// Whether `path` is `name` one directory down (`pkg-1.0/PKG-INFO`).

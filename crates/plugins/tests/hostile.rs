@@ -10,7 +10,7 @@ use std::sync::Arc;
 
 use zip::write::SimpleFileOptions;
 use zip::CompressionMethod;
-use znippy_format::{Outcome, Plugin, Window};
+use znippy_format::{Outcome, Plugin, Value, Window};
 
 #[global_allocator]
 static ALLOC: cap::Cap<System> = cap::Cap::new(System, usize::MAX);
@@ -29,8 +29,7 @@ fn extract(name: &str, bytes: &[u8]) -> Outcome {
     for piece in bytes.chunks(1_572_864) {
         window.feed(piece);
     }
-    let outcome = plugin.extract(&window);
-    drop(window);
+    let outcome = window.outcome();
     ALLOC.set_limit(usize::MAX).unwrap();
     outcome
 }
@@ -57,6 +56,13 @@ fn zip_of(members: &[(&str, &[u8], CompressionMethod)]) -> Vec<u8> {
 
 /// A gzip'd tar of `entries`, each `(path, claimed size, bytes)`.
 fn tgz_of(entries: &[(&str, u64, &[u8])]) -> Vec<u8> {
+    let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+    gz.write_all(&tar_of(entries)).unwrap();
+    gz.finish().unwrap()
+}
+
+/// A tar of `entries`, each `(path, claimed size, bytes)`.
+fn tar_of(entries: &[(&str, u64, &[u8])]) -> Vec<u8> {
     let mut tar = Vec::new();
     for (path, size, bytes) in entries {
         let mut h = tar::Header::new_gnu();
@@ -68,9 +74,7 @@ fn tgz_of(entries: &[(&str, u64, &[u8])]) -> Vec<u8> {
         tar.extend_from_slice(bytes);
         tar.resize(tar.len().next_multiple_of(512), 0);
     }
-    let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
-    gz.write_all(&tar).unwrap();
-    gz.finish().unwrap()
+    tar
 }
 
 /// Every u32 little-endian `from` at the end of a zip's headers for `name`
@@ -92,9 +96,9 @@ fn lie_about_size(zip: &mut [u8], name: &str, to: u32) {
 
 #[test]
 fn hostile_packages_are_refused_within_bounded_memory() {
-    let zeros = vec![0u8; 200 << 20];
+    let zeros = vec![0u8; 300 << 20];
 
-    // A zip bomb: 200 MiB of zeros as the manifest, honestly sized, then
+    // A zip bomb: 300 MiB of zeros as the manifest, honestly sized, then
     // claiming 100 bytes.
     let mut bomb = zip_of(&[("META-INF/MANIFEST.MF", &zeros, CompressionMethod::Deflated)]);
     damaged("bomb.jar", &bomb, "larger than 1024 KiB");
@@ -123,16 +127,27 @@ fn hostile_packages_are_refused_within_bounded_memory() {
     ]);
     damaged("x-1.0.crate", &claims, "tar");
 
-    // A gzip bomb: 200 MiB of zeros before package.json.
+    // A gzip bomb: 300 MiB of zeros before package.json.
     let tgz_bomb = tgz_of(&[
         ("package/zeros", zeros.len() as u64, &zeros),
         ("package/package.json", 2, b"{}"),
     ]);
-    damaged("bomb.tgz", &tgz_bomb, "more than 64 MiB decoded");
+    damaged("bomb.tgz", &tgz_bomb, "more than 256 MiB decoded");
 
-    // An sdist whose PKG-INFO lies past the window of a 10 MB file (its
-    // middle is not kept): said, not taken for a tarball that is no package.
-    // The same tarball without its build files is no package.
+    // Decoders that would allocate what their headers ask: an xz stream
+    // with a 64 MiB dictionary, a zstd frame with a 128 MiB window.
+    let toml: &[u8] = b"[package]\nname = \"x\"\nversion = \"1.0.0\"\n";
+    let tar = tar_of(&[("x-1.0.0/Cargo.toml", toml.len() as u64, toml)]);
+    let mut xz = liblzma::write::XzEncoder::new(Vec::new(), 9);
+    xz.write_all(&tar).unwrap();
+    damaged("xz-1.0.0.crate", &xz.finish().unwrap(), "memory");
+    let mut zst = zstd::stream::write::Encoder::new(Vec::new(), 3).unwrap();
+    zst.window_log(27).unwrap();
+    zst.write_all(&tar).unwrap();
+    damaged("zst-1.0.0.crate", &zst.finish().unwrap(), "too much memory");
+
+    // An sdist whose PKG-INFO lies after 10 MB of noise, past what a
+    // window keeps of the file: followed to it.
     let noise = znippy_testkit::data::noise(7, 10 << 20);
     let pkg_info: &[u8] = b"Name: x\nVersion: 1\n";
     let sdist = tgz_of(&[
@@ -140,11 +155,22 @@ fn hostile_packages_are_refused_within_bounded_memory() {
         ("x-1/data.bin", noise.len() as u64, &noise),
         ("x-1/PKG-INFO", pkg_info.len() as u64, pkg_info),
     ]);
-    damaged("x-1.tar.gz", &sdist, "only the first 4 MiB");
-    let plain = tgz_of(&[
-        ("x-1/data.bin", noise.len() as u64, &noise),
-        ("x-1/PKG-INFO", pkg_info.len() as u64, pkg_info),
+    let Outcome::Package(rows) = extract("x-1.tar.gz", &sdist) else {
+        panic!("a 10 MB sdist is read to its end");
+    };
+    assert_eq!(
+        rows[0][..2],
+        [Value::Str("x".into()), Value::Str("1".into())]
+    );
+    // One whose stream ends inside a member before its PKG-INFO: said, and
+    // not taken for a tarball that is no package, which the same tarball
+    // without its build files is.
+    let cut = tgz_of(&[
+        ("x-1/pyproject.toml", 0, b""),
+        ("x-1/data.bin", 1 << 20, b"short"),
     ]);
+    damaged("x-1.tar.gz", &cut, "ends inside a member");
+    let plain = tgz_of(&[("x-1/data.bin", 1 << 20, b"short")]);
     assert_eq!(extract("x-1.tar.gz", &plain), Outcome::NotAPackage);
 
     // A jar nested 50 deep: the outer jar is read, no nested one is opened.
@@ -158,7 +184,7 @@ fn hostile_packages_are_refused_within_bounded_memory() {
     let Outcome::Package(rows) = extract("nested.jar", &jar) else {
         panic!("a nested jar is a jar");
     };
-    assert_eq!(rows[0].last(), Some(&znippy_format::Value::I64(1)));
+    assert_eq!(rows[0].last(), Some(&Value::I64(1)));
 
     // A .deb that is no ar archive, and one whose control.tar is noise.
     damaged("x.deb", b"!<arch>\nnot really", "ar");

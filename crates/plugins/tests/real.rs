@@ -29,7 +29,7 @@ fn extract(name: &str) -> (String, Vec<String>, Outcome) {
         window.feed(piece);
     }
     let columns = plugin.columns().into_iter().map(|c| c.name).collect();
-    (plugin.name().to_string(), columns, plugin.extract(&window))
+    (plugin.name().to_string(), columns, window.outcome())
 }
 
 /// The rows, as `column -> value` lookups.
@@ -125,6 +125,20 @@ fn a_large_sdist_whose_pkg_info_is_last_is_read_to_its_end() {
     assert_eq!(get(&rows[0], "name"), &s("Pygments"));
     assert_eq!(get(&rows[0], "version"), &s("2.21.0"));
     assert_eq!(get(&rows[0], "kind"), &s("sdist"));
+}
+
+/// numpy's sdist is 20 MB, its `PKG-INFO` the last member after 68 MB of
+/// tar: past what a window holds, the plugin follows the file as it streams
+/// past, to that member.
+#[test]
+fn a_20_mb_sdist_is_followed_to_its_last_member() {
+    let name = "numpy-2.1.3.tar.gz";
+    let len = std::fs::metadata(packages().join(name)).unwrap().len();
+    assert!(len > 2 * znippy_format::WINDOW_HALF as u64, "{len}");
+    let (_, rows) = read(name);
+    assert_eq!(get(&rows[0], "name"), &s("numpy"));
+    assert_eq!(get(&rows[0], "version"), &s("2.1.3"));
+    assert_eq!(get(&rows[0], "requires_python"), &s(">=3.10"));
 }
 
 #[test]
