@@ -386,7 +386,7 @@ impl Plugins {
         // A plugin is not to panic; one that does (on a package that a crate
         // it reads with does not expect) fails that package, not the archive.
         let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| file.outcome()))
-            .unwrap_or_else(|_| Outcome::Damaged(format!("plugin {} failed on it", plugin.name())));
+            .unwrap_or_else(|_| Box::new(Panicked(plugin.name())).finish());
         let rows = match outcome {
             Outcome::NotAPackage => return,
             Outcome::Damaged(e) => vec![PackageRow::damaged(path, e, columns.len())],
@@ -511,14 +511,22 @@ impl Window {
             // The window is about to lose the file's middle, which it holds
             // whole until now (the tail is no ring yet): a plugin that
             // follows files takes it from here.
-            self.follow = self.plugin.as_ref().and_then(|p| p.follow(&self.head));
-            if let Some(f) = &mut self.follow {
-                f.feed(&self.head);
-                f.feed(&self.tail);
+            if let Some(p) = &self.plugin {
+                let (head, tail) = (&self.head, &self.tail);
+                self.follow = guard(p.name(), || {
+                    let mut f = p.follow(head)?;
+                    f.feed(head);
+                    f.feed(tail);
+                    Some(f)
+                });
             }
         }
-        if let Some(f) = &mut self.follow {
-            f.feed(bytes);
+        if let Some(mut f) = self.follow.take() {
+            let name = self.plugin.as_ref().map_or("", |p| p.name());
+            self.follow = guard(name, move || {
+                f.feed(bytes);
+                Some(f)
+            });
             self.len += bytes.len() as u64;
             return;
         }
@@ -744,6 +752,28 @@ fn wanted(plugin: &dyn Plugin, buf: &[u8], at: usize) -> Option<u64> {
     plugin
         .zip_member(name)
         .then_some((LOCAL_LEN + name_len + extra_len) as u64)
+}
+
+/// Runs `step` on a plugin's reader, on the producer's thread: a reader
+/// that panics (which a plugin is not to do) is replaced by one whose
+/// outcome says so, and fails its file's row, not the archive.
+fn guard(
+    plugin: &'static str,
+    step: impl FnOnce() -> Option<Box<dyn Follow>>,
+) -> Option<Box<dyn Follow>> {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(step))
+        .unwrap_or_else(|_| Some(Box::new(Panicked(plugin))))
+}
+
+/// The reader of a plugin that panicked.
+struct Panicked(&'static str);
+
+impl Follow for Panicked {
+    fn feed(&mut self, _: &[u8]) {}
+
+    fn finish(self: Box<Self>) -> Outcome {
+        Outcome::Damaged(format!("plugin {} failed on it", self.0))
+    }
 }
 
 /// Where the bytes around one feed are: the carry before it, and its own.
@@ -1330,6 +1360,51 @@ mod tests {
                 assert_eq!(w.outcome(), want, "{len} bytes in pieces of {step}");
             }
         }
+    }
+
+    /// A plugin whose reader panics on the bytes after the window's.
+    struct Panics;
+
+    impl Follow for Panics {
+        fn feed(&mut self, bytes: &[u8]) {
+            assert!(!bytes.starts_with(b"boom"), "a reader that panics");
+        }
+        fn finish(self: Box<Self>) -> Outcome {
+            Outcome::NotAPackage
+        }
+    }
+
+    impl Plugin for Panics {
+        fn name(&self) -> &'static str {
+            "panics"
+        }
+        fn pkg_type(&self) -> i8 {
+            1
+        }
+        fn columns(&self) -> Vec<Column> {
+            Vec::new()
+        }
+        fn matches_path(&self, _: &str) -> bool {
+            true
+        }
+        fn follow(&self, _: &[u8]) -> Option<Box<dyn Follow>> {
+            Some(Box::new(Panics))
+        }
+    }
+
+    /// A reader is fed on the producer's thread, outside the plugin
+    /// threads' guard: one that panics there fails its file's row, and the
+    /// window takes the rest of the file.
+    #[test]
+    fn a_reader_that_panics_as_it_is_fed_fails_its_file_only() {
+        let plugin: Arc<dyn Plugin> = Arc::new(Panics);
+        let mut w = Window::for_plugin(&plugin);
+        w.feed(&vec![0; 2 * WINDOW_HALF]);
+        w.feed(b"boom");
+        w.feed(b"more");
+        assert_eq!(w.len(), 2 * WINDOW_HALF as u64 + 8);
+        let said = Outcome::Damaged("plugin panics failed on it".into());
+        assert_eq!(w.outcome(), said);
     }
 
     #[test]
