@@ -11,6 +11,8 @@ depend on it, docs/benchmarks.md) and a Markdown table with the ratios:
 
 - 1 client, PUT p50 / p99 (sequential PUTs of 1-4 KB files);
 - 8 clients, PUTs per second;
+- 64 clients on 8 archives (S3: 8 prefixes of the bucket), PUTs per second,
+  failed PUTs, and the server's peak RSS up to then (VmHWM of its processes);
 - multipart batches of 50 files (znippy) against 50 PUTs (S3), files per second;
 - 8 writers and 8 readers at once: PUTs and GETs per second, GET p99;
 - 1 client, GET p50;
@@ -25,8 +27,12 @@ with it set, iceberg-rust captures a backtrace for every error it builds,
 including ones it builds and drops on the happy path.
 
 Knobs: ZNIPPY (binary, default target/release/znippy), BENCH_DIR (default
-/tmp/znippy-ingest), BENCH_FILES (files per phase, default 400), BENCH_BIG_MB
-(default 256). Every server and file it starts or writes is removed at the end.
+/tmp/znippy-ingest), BENCH_FILES (files per phase, default 400; the 64-client
+phase sends four times as many), BENCH_BIG_MB (default 256), BENCH_RUNS
+(default 1): runs of all three servers in turn, a fresh server and data
+directory each; with more than one, the table gives the medians and each
+advantage's median with its range over the runs, the advantage taken run by
+run. Every server and file it starts or writes is removed at the end.
 """
 
 import http.client
@@ -48,6 +54,9 @@ ZNIPPY = Path(os.environ.get("ZNIPPY", ROOT / "target/release/znippy"))
 BENCH_DIR = Path(os.environ.get("BENCH_DIR", "/tmp/znippy-ingest"))
 FILES = int(os.environ.get("BENCH_FILES", "400"))
 BIG_MB = int(os.environ.get("BENCH_BIG_MB", "256"))
+RUNS = int(os.environ.get("BENCH_RUNS", "1"))
+# The 64-client phase: clients, and archives (S3: prefixes) they share.
+WIDE_CLIENTS, WIDE_ARCHIVES = 64, 8
 KEY, SECRET = "admin", "password123"
 
 
@@ -110,9 +119,28 @@ def in_threads(n, work):
     return time.perf_counter() - start
 
 
+def peak_rss_mib(pid):
+    """The peak resident memory (VmHWM) of process `pid` and its
+    descendants, summed, in MiB."""
+    total, todo = 0, [pid]
+    while todo:
+        p = todo.pop()
+        try:
+            with open(f"/proc/{p}/status") as f:
+                total += next((int(line.split()[1]) for line in f
+                               if line.startswith("VmHWM:")), 0)
+            for task in os.listdir(f"/proc/{p}/task"):
+                with open(f"/proc/{p}/task/{task}/children") as f:
+                    todo += [int(c) for c in f.read().split()]
+        except OSError:
+            pass
+    return total / 1024
+
+
 class Znippy:
     """`znippy serve` on a data directory, or with `args` (--catalog rest ...)
-    and `env` on object storage; `create` makes the archive."""
+    and `env` on object storage; `create` makes the archive `bench` and the
+    64-client phase's archives."""
 
     def __init__(self, data, args=(), env=None, create=True):
         self.port = free_port()
@@ -124,9 +152,10 @@ class Znippy:
         self.proc.stdout.readline()  # "listening on ..."
         self.local = threading.local()
         if create:
-            status, _ = self.request("POST", "/archives", b'{"id": "bench"}',
-                                     {"content-type": "application/json"})
-            assert status == 201, status
+            for aid in ["bench"] + [f"a{i}" for i in range(WIDE_ARCHIVES)]:
+                status, _ = self.request("POST", "/archives", f'{{"id": "{aid}"}}'.encode(),
+                                         {"content-type": "application/json"})
+                assert status == 201, status
 
     def conn(self):
         c = getattr(self.local, "c", None)
@@ -151,8 +180,8 @@ class Znippy:
         data = r.read()
         return r.status, data
 
-    def put(self, name, body):
-        status, data = self.request("PUT", f"/archives/bench/files/{name}", body)
+    def put(self, name, body, archive="bench"):
+        status, data = self.request("PUT", f"/archives/{archive}/files/{name}", body)
         assert status == 200, (status, data)
 
     def get(self, name):
@@ -178,6 +207,9 @@ class Znippy:
             {"content-type": f"multipart/form-data; boundary={boundary}"},
         )
         assert status == 200, (status, data)
+
+    def peak_rss(self):
+        return peak_rss_mib(self.proc.pid)
 
     def stop(self):
         self.proc.terminate()
@@ -257,8 +289,9 @@ class Seaweed:
             c = self.local.c = self.make()
         return c
 
-    def put(self, name, body):
-        self.client().put_object(Bucket="bench", Key=name, Body=body)
+    def put(self, name, body, archive=None):
+        key = f"{archive}/{name}" if archive else name
+        self.client().put_object(Bucket="bench", Key=key, Body=body)
 
     def get(self, name):
         return self.client().get_object(Bucket="bench", Key=name)["Body"].read()
@@ -266,6 +299,9 @@ class Seaweed:
     def batch(self, files):
         for name, body in files:
             self.put(name, body)
+
+    def peak_rss(self):
+        return peak_rss_mib(self.proc.pid)
 
     def stop(self):
         self.proc.terminate()
@@ -284,16 +320,34 @@ def get_latency(server, names):
     return pct(lat, 50) * 1e3, pct(lat, 99) * 1e3
 
 
+def median(xs):
+    xs = sorted(xs)
+    mid = len(xs) // 2
+    return xs[mid] if len(xs) % 2 else (xs[mid - 1] + xs[mid]) / 2
+
+
 def print_table(header, rows, first, others, ratio):
     """A Markdown table: `header` (the column names after the row label),
-    one line per `rows` entry (label, key, higher is better) with `first`'s
-    value, then each of `others` with `ratio(its value, first's, higher)`."""
+    one line per `rows` entry (label, key, higher is better, or None for a
+    count to report without a ratio) with the median of `first`'s runs,
+    then for each of `others` the median of its runs and
+    `ratio(its value, first's, higher)`, taken run by run: its median, and
+    its range when there was more than one run. A count is summed over the
+    runs."""
     print(f"| | {' | '.join(header)} |")
     print("|---" * (len(header) + 1) + "|")
     for label, k, higher in rows:
-        cells = [f"{first[k]:.2f}"]
+        if higher is None:
+            cells = [str(sum(r[k] for r in first))]
+            for other in others:
+                cells += [str(sum(r[k] for r in other)), ""]
+            print(f"| {label} | {' | '.join(cells)} |")
+            continue
+        cells = [f"{median([r[k] for r in first]):.2f}"]
         for other in others:
-            cells += [f"{other[k]:.2f}", f"{ratio(other[k], first[k], higher):.2f}x"]
+            adv = [ratio(b[k], a[k], higher) for a, b in zip(first, other)]
+            spread = f" ({min(adv):.2f}-{max(adv):.2f})" if len(adv) > 1 else ""
+            cells += [f"{median([r[k] for r in other]):.2f}", f"{median(adv):.2f}x{spread}"]
         print(f"| {label} | {' | '.join(cells)} |")
 
 
@@ -312,6 +366,22 @@ def measure(server, seed):
     wall = in_threads(8, lambda i: [server.put(n, b) for n, b in many[i::8]])
     r["put_8"] = len(many) / wall
 
+    wide = payloads(4 * FILES, seed + 4)
+    failed = [0]
+    lock = threading.Lock()
+
+    def wide_work(i):
+        for n, b in wide[i::WIDE_CLIENTS]:
+            try:
+                server.put(n, b, f"a{i % WIDE_ARCHIVES}")
+            except Exception:
+                with lock:
+                    failed[0] += 1
+
+    wall = in_threads(WIDE_CLIENTS, wide_work)
+    r["put_64"], r["put_64_failed"] = len(wide) / wall, failed[0]
+    r["rss"] = server.peak_rss()
+
     batches = payloads(FILES, seed + 2)
     wall = in_threads(1, lambda _: [server.batch(batches[k:k + 50])
                                     for k in range(0, len(batches), 50)])
@@ -322,7 +392,6 @@ def measure(server, seed):
     mixed = payloads(FILES, seed + 3)
     names = [n for n, _ in one]
     got, get_lat, writing = [0], [], [8]
-    lock = threading.Lock()
 
     def mixed_work(i):
         if i < 8:
@@ -359,6 +428,9 @@ ROWS = [
     ("1 client, PUT p50 (ms)", "put_p50", False),
     ("1 client, PUT p99 (ms)", "put_p99", False),
     ("8 clients, PUT/s", "put_8", True),
+    (f"{WIDE_CLIENTS} clients on {WIDE_ARCHIVES} archives, PUT/s", "put_64", True),
+    (f"{WIDE_CLIENTS} clients on {WIDE_ARCHIVES} archives, failed PUTs", "put_64_failed", None),
+    (f"peak RSS up to the {WIDE_CLIENTS}-client phase (MiB)", "rss", False),
     ("multipart batches of 50 (S3: 50 PUTs), files/s", "batch", True),
     ("8 writers + 8 readers: PUT/s", "mixed_put", True),
     ("8 writers + 8 readers: GET/s", "mixed_get", True),
@@ -408,32 +480,34 @@ def main():
         sys.exit(f"no {ZNIPPY}: cargo build --release -p znippy")
     weed = shutil.which("weed", path=str(BENCH_DIR / "venv" / "bin"))
     work = BENCH_DIR / "run"
-    shutil.rmtree(work, ignore_errors=True)
-    work.mkdir(parents=True)
-    results = {}
+    results = {"z": [], "s": [], "f": []}
     try:
-        log("znippy serve")
-        z = Znippy(work / "znippy")
-        try:
-            results["z"] = measure(z, 1)
-        finally:
-            z.stop()
-        for key, fsync in (("s", False), ("f", True)):
-            log(f"SeaweedFS (weed mini, S3 API), fsync {'on' if fsync else 'off'}")
-            (work / key).mkdir()
-            s = Seaweed(weed, work / key, fsync)
+        for run in range(RUNS):
+            shutil.rmtree(work, ignore_errors=True)
+            work.mkdir(parents=True)
+            log(f"run {run + 1} of {RUNS}: znippy serve")
+            z = Znippy(work / "znippy")
             try:
-                results[key] = measure(s, 1)
+                results["z"].append(measure(z, 1))
             finally:
-                s.stop()
+                z.stop()
+            for key, fsync in (("s", False), ("f", True)):
+                log(f"SeaweedFS (weed mini, S3 API), fsync {'on' if fsync else 'off'}")
+                (work / key).mkdir()
+                s = Seaweed(weed, work / key, fsync)
+                try:
+                    results[key].append(measure(s, 1))
+                finally:
+                    s.stop()
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    z, s, f = results["z"], results["s"], results["f"]
-    print(f"{FILES} files of 1-4 KB per phase, one archive / one bucket, loopback,")
+    runs = f"medians of {RUNS} runs" if RUNS > 1 else "one run"
+    print(f"{FILES} files of 1-4 KB per phase, one archive / one bucket, loopback, {runs},")
     print(f"data of both servers under {BENCH_DIR} ({filesystem(BENCH_DIR)}).")
     print("Advantage: how many times better znippy does (above 1: znippy ahead).\n")
     print_table(["znippy", "SeaweedFS", "advantage", "SeaweedFS, fsync", "advantage"], ROWS,
-                z, (s, f), lambda other, z, higher: advantage(z, other, higher))
+                results["z"], (results["s"], results["f"]),
+                lambda other, z, higher: advantage(z, other, higher))
 
 
 if __name__ == "__main__":

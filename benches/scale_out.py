@@ -49,8 +49,8 @@ class Nodes:
             i = self.local.i = next(self.next) % len(self.nodes)
         return i
 
-    def put(self, name, body):
-        self.nodes[self.mine()].put(name, body)
+    def put(self, name, body, archive="bench"):
+        self.nodes[self.mine()].put(name, body, archive)
 
     def get(self, name):
         return self.nodes[(self.mine() + 1) % len(self.nodes)].get(name)
@@ -60,6 +60,9 @@ class Nodes:
 
     def seal(self):
         self.nodes[self.mine()].seal()
+
+    def peak_rss(self):
+        return sum(n.peak_rss() for n in self.nodes)
 
 
 def thousand_file_batches(server, seed):
@@ -122,7 +125,8 @@ def main():
     finally:
         shutil.rmtree(work, ignore_errors=True)
     e, one, two = results["e"], results["1"], results["2"]
-    rows = ROWS[:4] + [(f"multipart batches of {BATCH}, files/s", "batch_1000", True)] + ROWS[4:] + [
+    after = next(i for i, r in enumerate(ROWS) if r[1] == "batch") + 1
+    rows = ROWS[:after] + [(f"multipart batches of {BATCH}, files/s", "batch_1000", True)] + ROWS[after:] + [
         ("1 client, GET p50 of a live file (ms)", "live_p50", False),
         ("1 client, GET p99 of a live file (ms)", "live_p99", False),
         ("seal (s)", "seal", False),
@@ -132,7 +136,7 @@ def main():
     print(f"{FILES} files of 1-4 KB per phase, one archive, loopback, SeaweedFS `weed mini`.")
     print("Ratio: each column against the embedded default (above 1: better).\n")
     print_table(["embedded", "1 node on SeaweedFS", "ratio", "2 nodes on SeaweedFS", "ratio"],
-                rows, e, (one, two), advantage)
+                rows, [e], ([one], [two]), advantage)
 
 
 if __name__ == "__main__":
