@@ -1155,11 +1155,17 @@ pub fn value(col: &dyn Array, ty: ColumnType, r: usize) -> Option<Value> {
 mod tests {
     use super::*;
 
-    struct Wants;
+    /// A plugin for these tests: it claims every file, wants the zip
+    /// members `zip` names, and follows files with the reader `follow` makes.
+    struct Test {
+        name: &'static str,
+        zip: fn(&str) -> bool,
+        follow: fn() -> Option<Box<dyn Follow>>,
+    }
 
-    impl Plugin for Wants {
+    impl Plugin for Test {
         fn name(&self) -> &'static str {
-            "wants"
+            self.name
         }
         fn pkg_type(&self) -> i8 {
             1
@@ -1171,11 +1177,20 @@ mod tests {
             true
         }
         fn zip_member(&self, name: &str) -> bool {
-            name.ends_with("want.txt")
+            (self.zip)(name)
         }
-        fn extract(&self, _: &Window) -> Outcome {
-            Outcome::NotAPackage
+        fn follow(&self, _: &[u8]) -> Option<Box<dyn Follow>> {
+            (self.follow)()
         }
+    }
+
+    /// A plugin that wants the zip members named `*want.txt`.
+    fn wants() -> Arc<dyn Plugin> {
+        Arc::new(Test {
+            name: "wants",
+            zip: |name| name.ends_with("want.txt"),
+            follow: || None,
+        })
     }
 
     /// A local header for `name` followed by `data`.
@@ -1220,7 +1235,7 @@ mod tests {
 
     #[test]
     fn a_window_holds_the_same_bytes_however_the_file_is_cut() {
-        let plugin: Arc<dyn Plugin> = Arc::new(Wants);
+        let plugin = wants();
         let len = 2 * WINDOW_HALF + (6 << 20);
         let mid = WINDOW_HALF + 1_000;
         let members = [
@@ -1281,7 +1296,7 @@ mod tests {
     /// first starts grows over the second.
     #[test]
     fn overlapping_headers_cut_by_a_feed_are_kept() {
-        let plugin: Arc<dyn Plugin> = Arc::new(Wants);
+        let plugin = wants();
         let at = 3 * WINDOW_HALF / 2;
         let mut f = file(3 * WINDOW_HALF, &[]);
         // The first header's name is "A", the second's name length (8) and
@@ -1304,10 +1319,7 @@ mod tests {
         assert_eq!(b, f[at..at + 100]);
     }
 
-    /// A plugin that follows every file and says what it was fed: its
-    /// length and BLAKE3.
-    struct Follows;
-
+    /// A reader that says what it was fed: its length and BLAKE3.
     struct Fed(u64, blake3::Hasher);
 
     impl Follow for Fed {
@@ -1321,30 +1333,16 @@ mod tests {
         }
     }
 
-    impl Plugin for Follows {
-        fn name(&self) -> &'static str {
-            "follows"
-        }
-        fn pkg_type(&self) -> i8 {
-            1
-        }
-        fn columns(&self) -> Vec<Column> {
-            Vec::new()
-        }
-        fn matches_path(&self, _: &str) -> bool {
-            true
-        }
-        fn follow(&self, _: &[u8]) -> Option<Box<dyn Follow>> {
-            Some(Box::new(Fed(0, blake3::Hasher::new())))
-        }
-    }
-
     /// A following plugin is fed every byte of the file once, in order,
     /// whether the window held it whole (fed once read) or not (fed from
     /// the moment the window would lose its middle), however it is cut.
     #[test]
     fn a_following_plugin_is_fed_the_whole_file_however_it_is_cut() {
-        let plugin: Arc<dyn Plugin> = Arc::new(Follows);
+        let plugin: Arc<dyn Plugin> = Arc::new(Test {
+            name: "follows",
+            zip: |_| false,
+            follow: || Some(Box::new(Fed(0, blake3::Hasher::new()))),
+        });
         let whole = 2 * WINDOW_HALF;
         for len in [0, 5_000, whole, whole + 1, whole + (5 << 20) + 7] {
             let f = file(len, &[]);
@@ -1362,7 +1360,7 @@ mod tests {
         }
     }
 
-    /// A plugin whose reader panics on the bytes after the window's.
+    /// A reader that panics on bytes that start with `boom`.
     struct Panics;
 
     impl Follow for Panics {
@@ -1374,30 +1372,16 @@ mod tests {
         }
     }
 
-    impl Plugin for Panics {
-        fn name(&self) -> &'static str {
-            "panics"
-        }
-        fn pkg_type(&self) -> i8 {
-            1
-        }
-        fn columns(&self) -> Vec<Column> {
-            Vec::new()
-        }
-        fn matches_path(&self, _: &str) -> bool {
-            true
-        }
-        fn follow(&self, _: &[u8]) -> Option<Box<dyn Follow>> {
-            Some(Box::new(Panics))
-        }
-    }
-
     /// A reader is fed on the producer's thread, outside the plugin
     /// threads' guard: one that panics there fails its file's row, and the
     /// window takes the rest of the file.
     #[test]
     fn a_reader_that_panics_as_it_is_fed_fails_its_file_only() {
-        let plugin: Arc<dyn Plugin> = Arc::new(Panics);
+        let plugin: Arc<dyn Plugin> = Arc::new(Test {
+            name: "panics",
+            zip: |_| false,
+            follow: || Some(Box::new(Panics)),
+        });
         let mut w = Window::for_plugin(&plugin);
         w.feed(&vec![0; 2 * WINDOW_HALF]);
         w.feed(b"boom");
