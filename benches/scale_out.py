@@ -61,6 +61,9 @@ class Nodes:
     def seal(self):
         self.nodes[self.mine()].seal()
 
+    def make_archives(self, ids):
+        self.nodes[0].make_archives(ids)
+
     def peak_rss(self):
         return sum(n.peak_rss() for n in self.nodes)
 
