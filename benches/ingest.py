@@ -13,6 +13,8 @@ depend on it, docs/benchmarks.md) and a Markdown table with the ratios:
 - 8 clients, PUTs per second;
 - 64 clients on 8 archives (S3: 8 prefixes of the bucket), PUTs per second,
   failed PUTs, and the server's peak RSS up to then (VmHWM of its processes);
+- above the table, each server's fsyncs per PUT, counted by strace (when
+  installed) over 50 more PUTs after the first run;
 - multipart batches of 50 files (znippy) against 50 PUTs (S3), files per second;
 - 8 writers and 8 readers at once: PUTs and GETs per second, GET p99;
 - 1 client, GET p50;
@@ -39,6 +41,7 @@ import http.client
 import os
 import random
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -119,22 +122,58 @@ def in_threads(n, work):
     return time.perf_counter() - start
 
 
-def peak_rss_mib(pid):
-    """The peak resident memory (VmHWM) of process `pid` and its
-    descendants, summed, in MiB."""
-    total, todo = 0, [pid]
+def process_tree(pid):
+    """`pid` and its descendants."""
+    pids, todo = [], [pid]
     while todo:
         p = todo.pop()
+        pids.append(p)
         try:
-            with open(f"/proc/{p}/status") as f:
-                total += next((int(line.split()[1]) for line in f
-                               if line.startswith("VmHWM:")), 0)
             for task in os.listdir(f"/proc/{p}/task"):
                 with open(f"/proc/{p}/task/{task}/children") as f:
                     todo += [int(c) for c in f.read().split()]
         except OSError:
             pass
+    return pids
+
+
+def peak_rss_mib(pid):
+    """The peak resident memory (VmHWM) of process `pid` and its
+    descendants, summed, in MiB."""
+    total = 0
+    for p in process_tree(pid):
+        try:
+            with open(f"/proc/{p}/status") as f:
+                total += next((int(line.split()[1]) for line in f
+                               if line.startswith("VmHWM:")), 0)
+        except OSError:
+            pass
     return total / 1024
+
+
+def syncs_per_put(server, n=50):
+    """The fsyncs and fdatasyncs the server's processes make per PUT, over
+    `n` sequential PUTs under `strace -f -c` (untimed: tracing slows every
+    syscall); None without strace. This is how the table shows that
+    SeaweedFS with fsync on really syncs."""
+    if not shutil.which("strace"):
+        return None
+    out = BENCH_DIR / "strace.txt"
+    attach = [a for p in process_tree(server.proc.pid) for a in ("-p", str(p))]
+    tracer = subprocess.Popen(["strace", "-f", "-c", "-e", "trace=fsync,fdatasync",
+                               "-o", str(out), *attach], stderr=subprocess.DEVNULL)
+    time.sleep(1)  # attached
+    for name, body in payloads(n, 99):
+        server.put(name, body)
+    tracer.send_signal(signal.SIGINT)
+    tracer.wait()
+    calls = 0
+    for line in out.read_text().splitlines():
+        f = line.split()
+        if f and f[-1] in ("fsync", "fdatasync") and f[-2].isdigit():
+            calls += int(f[-2]) if len(f) == 5 else int(f[-3])
+    out.unlink()
+    return calls / n
 
 
 class Znippy:
@@ -489,6 +528,7 @@ def main():
     weed = shutil.which("weed", path=str(BENCH_DIR / "venv" / "bin"))
     work = BENCH_DIR / "run"
     results = {"z": [], "s": [], "f": []}
+    syncs = {}
     try:
         for run in range(RUNS):
             shutil.rmtree(work, ignore_errors=True)
@@ -497,6 +537,8 @@ def main():
             z = Znippy(work / "znippy")
             try:
                 results["z"].append(measure(z, 1))
+                if run == 0:
+                    syncs["z"] = syncs_per_put(z)
             finally:
                 z.stop()
             for key, fsync in (("s", False), ("f", True)):
@@ -505,6 +547,8 @@ def main():
                 s = Seaweed(weed, work / key, fsync)
                 try:
                     results[key].append(measure(s, 1))
+                    if run == 0:
+                        syncs[key] = syncs_per_put(s)
                 finally:
                     s.stop()
     finally:
@@ -512,6 +556,10 @@ def main():
     runs = f"medians of {RUNS} runs" if RUNS > 1 else "one run"
     print(f"{FILES} files of 1-4 KB per phase, one archive / one bucket, loopback, {runs},")
     print(f"data of both servers under {BENCH_DIR} ({filesystem(BENCH_DIR)}).")
+    if None not in syncs.values():
+        print("Syncs per PUT (`strace -f -c`, 50 sequential PUTs after the first run): "
+              f"znippy {syncs['z']:.2f}, SeaweedFS {syncs['s']:.2f}, "
+              f"SeaweedFS with fsync {syncs['f']:.2f}.")
     print("Advantage: how many times better znippy does (above 1: znippy ahead).\n")
     print_table(["znippy", "SeaweedFS", "advantage", "SeaweedFS, fsync", "advantage"], ROWS,
                 results["z"], (results["s"], results["f"]),

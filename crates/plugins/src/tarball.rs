@@ -276,13 +276,18 @@ impl Tar {
             ));
             return;
         };
+        let Some(padded) = size.checked_next_multiple_of(BLOCK as u64) else {
+            self.end = Some(Err(format!(
+                "not a readable tar: a member claims {size} bytes"
+            )));
+            return;
+        };
         if !checksum_ok(h) {
             self.end = Some(Err(
                 "not a readable tar: a header's checksum is wrong".into()
             ));
             return;
         }
-        let padded = size.div_ceil(BLOCK as u64) * BLOCK as u64;
         let path = header_path(h);
         let path = path.strip_prefix("./").unwrap_or(&path).to_string();
         // Regular files only: `0`, or NUL from before POSIX.
@@ -426,4 +431,117 @@ impl Follow for Follower {
 pub(crate) fn one_down(path: &str, name: &str) -> bool {
     path.split_once('/')
         .is_some_and(|(dir, rest)| !dir.is_empty() && rest == name)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A tar header for `path` claiming `size` bytes in GNU's base-256
+    /// (`base256`) or in octal, its checksum set.
+    fn header(path: &str, size: u64, base256: bool) -> Vec<u8> {
+        let mut h = vec![0u8; BLOCK];
+        h[..path.len()].copy_from_slice(path.as_bytes());
+        h[100..108].copy_from_slice(b"0000644\0");
+        h[156] = b'0';
+        h[257..265].copy_from_slice(b"ustar  \0");
+        match base256 {
+            true => {
+                h[124] = 0x80;
+                h[128..136].copy_from_slice(&size.to_be_bytes());
+            }
+            false => h[124..136].copy_from_slice(format!("{size:011o}\0").as_bytes()),
+        }
+        h[148..156].copy_from_slice(b"        ");
+        let sum: u64 = h.iter().map(|&b| b as u64).sum();
+        h[148..156].copy_from_slice(format!("{sum:06o}\0 ").as_bytes());
+        h
+    }
+
+    fn want(path: &str) -> bool {
+        path.ends_with("/want")
+    }
+
+    /// A tar of `(path, bytes)` members and its end-of-archive marker.
+    fn tar(members: &[(&str, &[u8])]) -> Vec<u8> {
+        let mut t = Vec::new();
+        for (path, bytes) in members {
+            t.extend(header(path, bytes.len() as u64, false));
+            t.extend_from_slice(bytes);
+            t.resize(t.len().next_multiple_of(BLOCK), 0);
+        }
+        t.resize(t.len() + 2 * BLOCK, 0);
+        t
+    }
+
+    fn gz(bytes: &[u8]) -> Vec<u8> {
+        let mut e = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+        e.write_all(bytes).unwrap();
+        e.finish().unwrap()
+    }
+
+    #[test]
+    fn a_member_is_found_after_others_and_through_a_ustar_prefix() {
+        let t = tar(&[("p/skip", b"xyz"), ("p/want", b"found")]);
+        assert_eq!(
+            find(&t, want),
+            Ok(Some(("p/want".into(), b"found".to_vec())))
+        );
+        assert_eq!(
+            find(&gz(&t), want),
+            Ok(Some(("p/want".into(), b"found".to_vec())))
+        );
+        assert_eq!(find(&tar(&[("p/skip", b"x")]), want), Ok(None));
+        // A POSIX header keeps a path past 100 bytes in its prefix field.
+        let long = format!("{}/want", "d".repeat(120));
+        let mut h = tar::Header::new_ustar();
+        h.set_path(&long).unwrap();
+        h.set_size(2);
+        h.set_cksum();
+        let mut t = h.as_bytes().to_vec();
+        t.extend_from_slice(b"ok");
+        t.resize(4 * BLOCK, 0);
+        assert_eq!(find(&t, want), Ok(Some((long, b"ok".to_vec()))));
+    }
+
+    /// A size no tar holds (2^64 - 1, in base-256) is refused as such,
+    /// never rounded up to its block past the end of a u64.
+    #[test]
+    fn a_size_past_any_file_is_refused() {
+        let mut t = header("p/skip", u64::MAX, true);
+        t.extend(tar(&[("p/want", b"x")]));
+        let found = find(&t, want);
+        assert!(
+            matches!(&found, Err(e) if e.contains("claims")),
+            "{found:?}"
+        );
+        let mut bad = tar(&[("p/want", b"x")]);
+        bad[150] ^= 1;
+        assert!(matches!(find(&bad, want), Err(e) if e.contains("checksum")));
+    }
+
+    /// A gzip stream damaged just after the member: the walk's outcome is
+    /// the same whether it is fed whole or a byte at a time, as the decoder
+    /// is written the same steps either way. (Written as it is fed, the
+    /// decoder holds the member's bytes when it meets the damage in one
+    /// write, and has passed them on when the bytes came one by one: found
+    /// one way, damaged the other.)
+    #[test]
+    fn damage_after_the_member_reads_the_same_however_it_is_fed() {
+        let text: Vec<u8> = (0..40_000u32)
+            .flat_map(|i| format!("w{} ", i * 7919 % 1000).into_bytes())
+            .collect();
+        let mut z = gz(&tar(&[
+            ("p/x", b"a"),
+            ("p/want", b"found"),
+            ("p/rest", &text),
+        ]));
+        z[150..166].fill(0xff);
+        let whole = find(&z, want);
+        let mut walk = Walk::new(&z, want, |_| false);
+        for b in &z {
+            walk.feed(std::slice::from_ref(b));
+        }
+        assert_eq!(walk.end().found, whole);
+    }
 }
