@@ -520,6 +520,11 @@ impl Window {
                     Some(f)
                 });
             }
+            if self.follow.is_some() {
+                // No longer kept up: a read there fails rather than give
+                // stale bytes.
+                self.tail = Vec::new();
+            }
         }
         if let Some(mut f) = self.follow.take() {
             let name = self.plugin.as_ref().map_or("", |p| p.name());
@@ -1387,6 +1392,9 @@ mod tests {
         w.feed(b"boom");
         w.feed(b"more");
         assert_eq!(w.len(), 2 * WINDOW_HALF as u64 + 8);
+        // What the window no longer keeps up is not read stale.
+        assert!(w.read_at(w.len() - 4, &mut [0; 4]).is_err());
+        assert!(w.read_at(0, &mut [0; 4]).is_ok());
         let said = Outcome::Damaged("plugin panics failed on it".into());
         assert_eq!(w.outcome(), said);
     }

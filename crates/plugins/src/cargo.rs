@@ -36,15 +36,14 @@ impl Plugin for Cargo {
 
     fn follow(&self, head: &[u8]) -> Option<Box<dyn Follow>> {
         let want = |p: &str| tarball::one_down(p, "Cargo.toml");
-        Some(tarball::Follower::boxed(
-            head,
-            want,
-            |_| false,
-            |walked| match read(walked) {
-                Ok(row) => Outcome::Package(vec![row]),
-                Err(e) => Outcome::Damaged(e),
-            },
-        ))
+        Some(tarball::Follower::boxed(head, want, |_| false, outcome))
+    }
+}
+
+fn outcome(walked: tarball::Walked) -> Outcome {
+    match read(walked) {
+        Ok(row) => Outcome::Package(vec![row]),
+        Err(e) => Outcome::Damaged(e),
     }
 }
 

@@ -16,9 +16,9 @@
 //!
 //! Modules: `zipped.rs` (zip members, through the `zip` crate), `tarball.rs`
 //! (tar members under gzip, xz, zstd or bzip2, walked as the bytes are
-//! pushed), `bounded.rs` (the caps every
-//! read keeps), `headers.rs` (RFC 822 style headers: `PKG-INFO`, `control`,
-//! `MANIFEST.MF`), then one module per plugin.
+//! pushed), `bounded.rs` (the caps every read keeps), `headers.rs` (RFC 822
+//! style headers: `PKG-INFO`, `control`, `MANIFEST.MF`), then one module per
+//! plugin.
 //!
 //! Everything a plugin reads is untrusted: a member is read through a cap of
 //! [`MAX_MEMBER`] bytes, a decompressor through a cap of [`MAX_DECODED`]
