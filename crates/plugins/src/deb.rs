@@ -40,7 +40,7 @@ impl Plugin for Deb {
     fn extract(&self, file: &Window) -> Outcome {
         match read(file) {
             Ok(row) => Outcome::Package(vec![row]),
-            Err(e) => Outcome::Damaged(crate::beyond_head(file, e)),
+            Err(e) => Outcome::Damaged(beyond_head(file, e)),
         }
     }
 }
@@ -105,4 +105,17 @@ fn control_tar(ar: &[u8]) -> Result<&[u8], String> {
         rest = after.get(size + size % 2..).unwrap_or(&[]);
     }
     Err("a .deb without control.tar".into())
+}
+
+/// `e`, saying that only the window's head was read when the package is
+/// larger: its control archive is looked for there.
+fn beyond_head(file: &Window, e: String) -> String {
+    match file.len() <= 2 * znippy_format::WINDOW_HALF as u64 {
+        true => e,
+        false => format!(
+            "{e} (only the first {} MiB of a {}-byte package are read)",
+            znippy_format::WINDOW_HALF >> 20,
+            file.len()
+        ),
+    }
 }

@@ -64,15 +64,3 @@ fn has_extension(path: &str, exts: &[&str]) -> bool {
         name.len() > e.len() && name[name.len() - e.len()..].eq_ignore_ascii_case(e)
     })
 }
-
-/// `e`, saying that only the window's head was read when the file is larger.
-fn beyond_head(file: &Window, e: String) -> String {
-    match file.len() <= 2 * znippy_format::WINDOW_HALF as u64 {
-        true => e,
-        false => format!(
-            "{e} (only the first {} MiB of a {}-byte package are read)",
-            znippy_format::WINDOW_HALF >> 20,
-            file.len()
-        ),
-    }
-}
