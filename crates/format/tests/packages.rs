@@ -358,3 +358,85 @@ fn a_plugin_that_panics_fails_its_package_not_the_archive() {
         ]
     );
 }
+
+/// Claims `*.big` and follows it: its one row is the file's length and
+/// SHA-256, from every byte the engine fed it.
+struct Digest256;
+
+struct Fed(u64, Sha256);
+
+impl znippy_format::Follow for Fed {
+    fn feed(&mut self, bytes: &[u8]) {
+        self.0 += bytes.len() as u64;
+        self.1.update(bytes);
+    }
+    fn finish(self: Box<Self>) -> Outcome {
+        let hex = format!("{:x}", self.1.finalize());
+        Outcome::Package(vec![vec![Value::I64(self.0 as i64), Value::Str(hex)]])
+    }
+}
+
+impl Plugin for Digest256 {
+    fn name(&self) -> &'static str {
+        "digest"
+    }
+    fn pkg_type(&self) -> i8 {
+        8
+    }
+    fn columns(&self) -> Vec<Column> {
+        vec![
+            Column::new("len", ColumnType::I64),
+            Column::new("sha256", ColumnType::Str),
+        ]
+    }
+    fn matches_path(&self, path: &str) -> bool {
+        path.ends_with(".big")
+    }
+    fn follow(&self, _: &[u8]) -> Option<Box<dyn znippy_format::Follow>> {
+        Some(Box::new(Fed(0, Sha256::new())))
+    }
+}
+
+/// A following plugin through the engine: a file the window holds whole
+/// and one fed past it in the engine's pieces (13 MiB, larger than a
+/// chunk) each get the row of every byte they hold, and the archive's bytes
+/// do not depend on the thread count.
+#[test]
+fn a_following_plugin_reads_every_byte_whatever_the_thread_count() {
+    let small = znippy_testkit::data::noise(3, 3 << 20);
+    let large = znippy_testkit::data::noise(4, 13 << 20);
+    let plugins = Plugins::new(vec![Arc::new(Digest256)], "").unwrap();
+    let run = |threads| {
+        let mut out = Vec::new();
+        let batch = vec![file("a.big", &small), file("b.big", &large)];
+        compress_with(
+            &mut out,
+            vec![batch],
+            ArchiveProps::default(),
+            threads,
+            &Metadata::Absent,
+            &plugins,
+            &mut |_| {},
+        )
+        .unwrap();
+        out
+    };
+    let one = run(1);
+    let archive = Archive::open(one.clone()).unwrap();
+    let packages = archive.packages().unwrap();
+    let rows: Vec<_> = packages
+        .rows()
+        .map(|(_, _, r)| (r.path.clone(), r.values.clone()))
+        .collect();
+    let want = |b: &[u8]| vec![Value::I64(b.len() as i64), Value::Str(sha(b))];
+    assert_eq!(
+        rows,
+        [
+            ("a.big".to_string(), want(&small)),
+            ("b.big".to_string(), want(&large))
+        ]
+    );
+    for threads in [2, 8] {
+        assert_eq!(sha(&run(threads)), sha(&one), "{threads} threads");
+    }
+}
