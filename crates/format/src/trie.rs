@@ -27,8 +27,8 @@
 //! (level [`SHARD_LEVEL`], the frame stating its content size, at most
 //! [`MAX_SHARD`] bytes): a trie of paths shares what fst cannot (numbered
 //! names, repeated stems across directories), and is a quarter to two fifths
-//! smaller for one shard's inflate (some 64 KiB) per question. The fence and the records
-//! stay plain. A shard's hash is of its stored bytes.
+//! smaller for one shard's inflate (some 64 KiB) per question. The fence and
+//! the records stay plain. A shard's hash is of its stored bytes.
 //!
 //! A reader checks the trailer's hash before it trusts the fence and the
 //! records, and a shard's hash before it opens the shard: the manifest's
