@@ -32,6 +32,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, OnceLock};
+use std::time::Duration;
 
 use tokio::sync::oneshot;
 
@@ -64,6 +65,10 @@ const PENDING_META_KEY: &str = "znippy.pending-meta";
 /// The package tables' data files a `files` snapshot committed, as a JSON
 /// object from table name to data files, for their step to commit.
 const PENDING_PACKAGES_KEY: &str = "znippy.pending-packages";
+/// The longest a commit waits for appends to join it: on a REST catalog
+/// a commit takes tens of milliseconds, and no append should wait that long
+/// for others.
+pub(crate) const MAX_GATHER: Duration = Duration::from_millis(5);
 
 /// What an append did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -79,7 +84,7 @@ pub struct AppendReceipt {
     /// The committed blob end afterwards.
     pub blob_end: u64,
     /// How long the Iceberg commit took (blobs were durable before it).
-    pub commit_time: std::time::Duration,
+    pub commit_time: Duration,
 }
 
 /// An append between its first and last step.
@@ -133,6 +138,12 @@ where
     })
     .await
     .map_err(|e| StoreError::Task(format!("compression: {e}")))
+}
+
+/// [`LiveArchive::gather_for`] of a queue of `queued` appends, after a
+/// group commit that took `took` with `in_flight` appends in flight.
+fn gather_wait(queued: usize, in_flight: usize, took: Duration) -> Option<Duration> {
+    (queued > 0 && queued < in_flight).then(|| (took / 2).min(MAX_GATHER))
 }
 
 /// Everything a seal needs, taken under the archive's lock.
@@ -256,6 +267,10 @@ pub struct LiveArchive {
     engine_stale: bool,
     /// Appends whose blobs are synced, waiting for their group commit.
     queue: Vec<Queued>,
+    /// How many appends were in flight when the last group committed (its
+    /// own and those queued behind it), and how long its commit took: what
+    /// the next commit waits for ([`LiveArchive::gather_for`]).
+    last_group: (usize, Duration),
     /// A group taken from the queue is committing: its blobs, like the
     /// queue's, lie past `blob_end`, so the engine must not be rebuilt from
     /// the committed state nor the sidecar cut back until it is applied.
@@ -550,6 +565,7 @@ impl LiveArchive {
             engine: None,
             engine_stale: false,
             queue: Vec::new(),
+            last_group: (0, Duration::ZERO),
             committing: false,
             broken: false,
             meta_behind: false,
@@ -807,6 +823,25 @@ impl LiveArchive {
         Ok(receipt)
     }
 
+    /// How long a commit about to start should wait for more appends: while
+    /// fewer are queued than were in flight when the last group committed,
+    /// up to half the last commit's time (at most [`MAX_GATHER`]). `None`
+    /// when it should start.
+    ///
+    /// Clients that each wait for their answer before they send again
+    /// arrive together just after a commit answers them, while the next
+    /// commit has already started with whoever queued during the last one.
+    /// Left alone, such clients split into two cohorts that take turns, each
+    /// commit carrying half of them. Waiting a fraction of a commit for the
+    /// rest carries them all in one, so each commit's fixed cost (its files,
+    /// its syncs, the pointer) is shared twice as widely. A lone client never
+    /// waits: nothing was in flight beside it. When clients leave, the wait
+    /// ends at its bound once, and the next one expects fewer.
+    pub(crate) fn gather_for(&self) -> Option<Duration> {
+        let (in_flight, took) = self.last_group;
+        gather_wait(self.queue.len(), in_flight, took)
+    }
+
     /// Takes the queue for one commit and builds its rows (an append whose
     /// links cannot be read back hears why, and its blobs stay behind as dead
     /// bytes). `None` when nothing is queued.
@@ -930,6 +965,7 @@ impl LiveArchive {
         let meta_committed = meta_committed.map_err(Arc::new);
         self.meta_behind |= meta_committed.is_err();
         let commit_time = group.started.elapsed();
+        self.last_group = (group.appends.len() + self.queue.len(), commit_time);
         if !folded {
             let segments = group.file_rows.iter().filter_map(|r| r.segment.clone());
             if let Err(e) = self.blobs.commit_segments(segments, group.end) {
@@ -1514,7 +1550,7 @@ impl Queued {
         seq: u64,
         snapshot_id: i64,
         blob_end: u64,
-        commit_time: std::time::Duration,
+        commit_time: Duration,
     ) -> AppendReceipt {
         AppendReceipt {
             files: self.stats.files,
@@ -2045,6 +2081,50 @@ mod tests {
         let mut again = [queued(100, 120, committed_chunks)];
         assert!(!state.move_to_end(&mut again));
         drop(state);
+        store.close().await;
+    }
+
+    /// A commit waits while fewer appends are queued than were in flight
+    /// after the last group, for at most half that group's commit and never
+    /// past the bound; with nothing queued, or as many as were in flight, it
+    /// starts at once.
+    #[test]
+    fn a_commit_waits_only_for_appends_that_were_in_flight() {
+        use std::time::Duration;
+
+        use super::{gather_wait, MAX_GATHER};
+        let ms = Duration::from_millis;
+        assert_eq!(gather_wait(3, 8, ms(4)), Some(ms(2)));
+        assert_eq!(gather_wait(7, 8, ms(1_000)), Some(MAX_GATHER));
+        assert_eq!(gather_wait(8, 8, ms(4)), None, "all of them are here");
+        assert_eq!(gather_wait(9, 8, ms(4)), None);
+        assert_eq!(gather_wait(1, 1, ms(4)), None, "a lone client never waits");
+        assert_eq!(gather_wait(0, 8, ms(4)), None, "nothing to commit");
+    }
+
+    /// After a group with eight appends in flight, a lone append waits for
+    /// the other seven up to the bound and then commits alone, and the next
+    /// commit expects it alone.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_lone_append_after_a_busy_group_waits_its_bound_then_commits() {
+        use std::time::{Duration, Instant};
+
+        let tmp = tempfile::tempdir().unwrap();
+        let (store, slot) = archive(tmp.path()).await;
+        slot.state.lock().await.last_group = (8, Duration::from_secs(60));
+        let lone = queue(&slot, file("y", b"two")).await.unwrap();
+        let waited = Instant::now();
+        slot.gather().await;
+        assert!(waited.elapsed() >= super::MAX_GATHER);
+        let commit = slot.commit.lock().await;
+        slot.commit_queued(&store.catalog).await;
+        assert_eq!(lone.await.unwrap().unwrap().append_seq, 2);
+        assert_eq!(slot.state.lock().await.last_group.0, 1);
+        let next = queue(&slot, file("z", b"three")).await.unwrap();
+        assert_eq!(slot.state.lock().await.gather_for(), None);
+        slot.commit_queued(&store.catalog).await;
+        assert_eq!(next.await.unwrap().unwrap().append_seq, 3);
+        drop(commit);
         store.close().await;
     }
 }

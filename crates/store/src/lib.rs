@@ -100,7 +100,7 @@ use std::sync::Arc;
 use iceberg::spec::SortOrder;
 use iceberg::table::Table;
 use iceberg::{ErrorKind, NamespaceIdent, TableCreation, TableIdent};
-use tokio::sync::{Mutex, OwnedMutexGuard};
+use tokio::sync::{Mutex, Notify, OwnedMutexGuard};
 use tokio_util::task::TaskTracker;
 use znippy_format::{
     ArchiveProps, Entry, InputFile, MetaCursor, MetaQuery, MetaSearch, MetaTable, Metadata,
@@ -402,12 +402,39 @@ pub(crate) struct Slot {
     again: AtomicBool,
     commit: Arc<Mutex<()>>,
     state: Arc<Mutex<LiveArchive>>,
+    /// Told each time an append queues, for a commit that waits to gather
+    /// more ([`LiveArchive::gather_for`]).
+    queued: Notify,
     /// What one append to it may hold ([`znippy_format::Engine::memory_bound`]
     /// of its properties, which never change): taken from the budget.
     engine_bound: u64,
 }
 
 impl Slot {
+    /// Waits while the commit about to start should gather more appends
+    /// ([`LiveArchive::gather_for`]): until the queue holds as many appends
+    /// as were in flight when the last group committed, or the time it
+    /// allows has passed. A delete's or a seal's flush does not wait.
+    async fn gather(&self) {
+        let Some(wait) = self.state.lock().await.gather_for() else {
+            return;
+        };
+        let deadline = tokio::time::Instant::now() + wait;
+        loop {
+            // Enabled before the queue is looked at, so that an append that
+            // queues in between is not missed.
+            let queued = self.queued.notified();
+            tokio::pin!(queued);
+            queued.as_mut().enable();
+            if self.state.lock().await.gather_for().is_none() {
+                return;
+            }
+            if tokio::time::timeout_at(deadline, queued).await.is_err() {
+                return;
+            }
+        }
+    }
+
     /// Commits the appends queued on the archive, if any, as one group. The
     /// caller holds the commit lock. Returns whether the tables are due for
     /// maintenance.
@@ -850,6 +877,7 @@ impl Store {
             again: AtomicBool::new(false),
             commit: Arc::default(),
             state: Arc::new(Mutex::new(a)),
+            queued: Notify::new(),
             engine_bound,
         });
         open.insert(id.to_string(), Arc::clone(&slot));
@@ -982,7 +1010,11 @@ impl Store {
                 // carry it last); it is complete once they are.
                 let queued = match written {
                     Ok((engine, Ok(written))) => match meta.await {
-                        Ok(m) => slot.state.lock().await.enqueue(engine, written, m),
+                        Ok(m) => {
+                            let queued = slot.state.lock().await.enqueue(engine, written, m);
+                            slot.queued.notify_waiters();
+                            queued
+                        }
                         Err(Abandoned) => Err(StoreError::Aborted),
                     },
                     Ok((_, Err(e))) | Err(e) => Err(e),
@@ -1002,6 +1034,7 @@ impl Store {
                     // An earlier append's commit took this one along.
                     Ok(r) => r,
                     Err(_) => {
+                        slot.gather().await;
                         if slot.commit_queued(&catalog).await {
                             slot.maintain(&catalog, &changes);
                         }

@@ -1,0 +1,269 @@
+//! What the filesystem alone charges for one acknowledged small write, laid
+//! out as znippy's embedded catalog lays out a commit and as SeaweedFS lays
+//! out a PUT. No znippy code runs: these are the system calls of each layout,
+//! timed, so that the floor under a small PUT is known apart from the server
+//! built on it. Built and run by `benches/sync_floor.sh`, which says how.
+//!
+//! Layouts, each run `RUNS` times in turn with the others (round-robin, so
+//! that they share the disk's state), p50 and p90 of each:
+//!
+//! - `append`: 3 KB appended to one volume file, then `fdatasync`: SeaweedFS
+//!   with `fsync` on (its volume server syncs the volume file once a PUT).
+//! - `commit`: a commit of the embedded catalog. The sidecar's append and
+//!   `fdatasync`; a parquet file, a manifest, a manifest list and a metadata
+//!   file created and written one after the other, each synced on a worker
+//!   as soon as it is written, and the two directories that gained names
+//!   synced; when all of that is done, the pointer's write and `fdatasync`
+//!   (redb's commit: three pages and its header); then the path layout (a
+//!   hard link, and the version hint written under a temporary name and
+//!   renamed).
+//! - `commit, spares`: the same, but each new file is a spare made earlier
+//!   (outside the timing) and renamed to its name, so that no inode is
+//!   allocated while the commit waits.
+//! - `commit, no layout`: `commit` without the path layout.
+//! - `pointer only`: the sidecar and the pointer, no table files: what a
+//!   commit would cost if the rows lived in the pointer's database, which
+//!   the Iceberg tables rule out.
+//!
+//! After each commit the files of the commit 20 before it are deleted
+//! (outside the timing), as the store's expiry does, so that a filesystem
+//! that is slow to reuse deleted inodes shows it.
+
+use std::collections::VecDeque;
+use std::fs::{self, File, OpenOptions};
+use std::io::{self, Write};
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use std::sync::mpsc;
+use std::thread;
+use std::time::{Duration, Instant};
+
+/// Sizes of a small commit's files, as `strace` shows them: parquet,
+/// manifest, manifest list, metadata file.
+const FILES: [(&str, usize); 4] = [
+    ("data", 4_900),
+    ("metadata", 4_700),
+    ("metadata", 3_100),
+    ("metadata", 25_000),
+];
+/// How many commits back the deleted files are.
+const EXPIRY: usize = 20;
+
+type Job = Box<dyn FnOnce() -> io::Result<()> + Send>;
+
+/// Worker threads that run syncs, as the store's blocking pool does.
+struct Pool {
+    jobs: mpsc::Sender<(Job, mpsc::Sender<io::Result<()>>)>,
+}
+
+impl Pool {
+    fn new(workers: usize) -> Pool {
+        let (jobs, rx) = mpsc::channel::<(Job, mpsc::Sender<io::Result<()>>)>();
+        let rx = std::sync::Arc::new(std::sync::Mutex::new(rx));
+        for _ in 0..workers {
+            let rx = std::sync::Arc::clone(&rx);
+            thread::spawn(move || loop {
+                let next = rx
+                    .lock()
+                    .map_err(|_| ())
+                    .and_then(|r| r.recv().map_err(|_| ()));
+                let Ok((job, done)) = next else { return };
+                let _ = done.send(job());
+            });
+        }
+        Pool { jobs }
+    }
+
+    fn start(&self, job: Job) -> mpsc::Receiver<io::Result<()>> {
+        let (tx, rx) = mpsc::channel();
+        self.jobs
+            .send((job, tx))
+            .expect("the pool outlives its jobs");
+        rx
+    }
+}
+
+fn wait(started: Vec<mpsc::Receiver<io::Result<()>>>) -> io::Result<()> {
+    for s in started {
+        s.recv()
+            .map_err(|_| io::Error::other("a sync worker died"))??;
+    }
+    Ok(())
+}
+
+fn sync_dir(dir: &Path) -> io::Result<()> {
+    File::open(dir)?.sync_all()
+}
+
+struct Layout {
+    root: PathBuf,
+    volume: File,
+    pointer: File,
+    pool: Pool,
+    spares: Vec<PathBuf>,
+    made: VecDeque<Vec<PathBuf>>,
+    n: u64,
+}
+
+impl Layout {
+    fn new(root: &Path) -> io::Result<Layout> {
+        for d in ["data", "metadata"] {
+            fs::create_dir_all(root.join(d))?;
+        }
+        let open = |name| {
+            OpenOptions::new()
+                .create(true)
+                .read(true)
+                .append(name == "volume")
+                .write(true)
+                .open(root.join(name))
+        };
+        let pointer = open("pointer")?;
+        pointer.write_all_at(&[0; 65_536], 0)?;
+        pointer.sync_all()?;
+        Ok(Layout {
+            root: root.to_path_buf(),
+            volume: open("volume")?,
+            pointer,
+            pool: Pool::new(8),
+            spares: Vec::new(),
+            made: VecDeque::new(),
+            n: 0,
+        })
+    }
+
+    fn name(&mut self, dir: &str, what: &str) -> PathBuf {
+        self.n += 1;
+        self.root.join(dir).join(format!("{what}-{}", self.n))
+    }
+
+    fn append(&mut self, bytes: &[u8]) -> io::Result<()> {
+        self.volume.write_all(&bytes[..3_000])?;
+        self.volume.sync_data()
+    }
+
+    /// One commit; `spares` makes each file by renaming a spare, `layout`
+    /// adds the path layout after the pointer moves.
+    fn commit(&mut self, bytes: &[u8], spares: bool, layout: bool, files: bool) -> io::Result<()> {
+        let volume = self.volume.try_clone()?;
+        let side = bytes[..3_000].to_vec();
+        let mut started = vec![self.pool.start(Box::new(move || {
+            (&volume).write_all(&side)?;
+            volume.sync_data()
+        }))];
+        let mut made = Vec::new();
+        if files {
+            let spared = if spares {
+                std::mem::take(&mut self.spares)
+            } else {
+                Vec::new()
+            };
+            for (i, (dir, size)) in FILES.iter().enumerate() {
+                let path = self.name(dir, "file");
+                let mut f = match spared.get(i) {
+                    Some(spare) => {
+                        fs::rename(spare, &path)?;
+                        OpenOptions::new().write(true).open(&path)?
+                    }
+                    None => File::create(&path)?,
+                };
+                f.write_all(&bytes[..*size])?;
+                made.push(path);
+                started.push(self.pool.start(Box::new(move || f.sync_all())));
+                if i == 0 || i == FILES.len() - 1 {
+                    let dir = self.root.join(dir);
+                    started.push(self.pool.start(Box::new(move || sync_dir(&dir))));
+                }
+            }
+        }
+        wait(started)?;
+        for (page, at) in [
+            (4_096, 536_576),
+            (4_096, 552_960),
+            (4_096, 565_248),
+            (320, 0),
+        ] {
+            self.pointer.write_all_at(&bytes[..page], at)?;
+        }
+        self.pointer.sync_data()?;
+        if layout {
+            let link = self.name("metadata", "v");
+            fs::hard_link(&made[made.len() - 1], &link)?;
+            made.push(link);
+            let tmp = self.root.join("metadata/.hint.tmp");
+            fs::write(&tmp, self.n.to_string())?;
+            fs::rename(&tmp, self.root.join("metadata/version-hint.text"))?;
+        }
+        self.made.push_back(made);
+        Ok(())
+    }
+
+    /// What the store does between commits: expiry deletes the files of an
+    /// old commit; and, for `commit, spares`, the spares used are made again.
+    fn between(&mut self) -> io::Result<()> {
+        if self.made.len() > EXPIRY {
+            for p in self.made.pop_front().unwrap_or_default() {
+                fs::remove_file(p)?;
+            }
+        }
+        if self.spares.is_empty() {
+            for (dir, _) in FILES {
+                let spare = self.name(dir, ".spare");
+                File::create(&spare)?;
+                self.spares.push(spare);
+            }
+        }
+        // The spares' names are made durable before any commit renames one.
+        sync_dir(&self.root.join("data"))?;
+        sync_dir(&self.root.join("metadata"))
+    }
+}
+
+fn main() -> io::Result<()> {
+    let dir = PathBuf::from(std::env::args().nth(1).ok_or_else(|| {
+        io::Error::other("usage: sync-floor DIR (an empty directory on the filesystem to measure)")
+    })?);
+    let runs: usize = std::env::var("RUNS")
+        .ok()
+        .and_then(|r| r.parse().ok())
+        .unwrap_or(300);
+    let mut layout = Layout::new(&dir)?;
+    let bytes: Vec<u8> = (0..65_536u32)
+        .map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8)
+        .collect();
+    let names = [
+        "append",
+        "commit",
+        "commit, spares",
+        "commit, no layout",
+        "pointer only",
+    ];
+    let mut times: Vec<Vec<Duration>> = vec![Vec::new(); names.len()];
+    layout.between()?;
+    for _ in 0..runs {
+        for (k, t) in times.iter_mut().enumerate() {
+            let start = Instant::now();
+            match k {
+                0 => layout.append(&bytes)?,
+                1 => layout.commit(&bytes, false, true, true)?,
+                2 => layout.commit(&bytes, true, true, true)?,
+                3 => layout.commit(&bytes, false, false, true)?,
+                _ => layout.commit(&bytes, false, false, false)?,
+            }
+            t.push(start.elapsed());
+            layout.between()?;
+        }
+    }
+    println!("| layout | p50 (ms) | p90 (ms) | against `append` (p50) |");
+    println!("|---|---:|---:|---:|");
+    let p = |t: &mut Vec<Duration>, q: f64| {
+        t.sort();
+        t[((t.len() - 1) as f64 * q) as usize].as_secs_f64() * 1e3
+    };
+    let base = p(&mut times[0], 0.5);
+    for (name, t) in names.iter().zip(&mut times) {
+        let (p50, p90) = (p(t, 0.5), p(t, 0.9));
+        println!("| {name} | {p50:.2} | {p90:.2} | {:.2}x |", p50 / base);
+    }
+    Ok(())
+}
