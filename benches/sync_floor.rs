@@ -20,6 +20,8 @@
 //! - `commit, spares`: the same, but each new file is a spare made earlier
 //!   (outside the timing) and renamed to its name, so that no inode is
 //!   allocated while the commit waits.
+//! - `commit, syncs together`: `commit`, but the files' syncs all start
+//!   once the last file is written.
 //! - `commit, no layout`: `commit` without the path layout.
 //! - `pointer only`: the sidecar and the pointer, no table files: what a
 //!   commit would cost if the rows lived in the pointer's database, which
@@ -48,6 +50,63 @@ const FILES: [(&str, usize); 4] = [
 ];
 /// How many commits back the deleted files are.
 const EXPIRY: usize = 20;
+
+/// How a commit lays out its writes.
+#[derive(Clone, Copy)]
+struct Commit {
+    /// It writes the four table files (otherwise only the sidecar and the
+    /// pointer).
+    files: bool,
+    /// Each file is a spare renamed to its name.
+    spares: bool,
+    /// The files' syncs start once all four are written, not each as its
+    /// file is.
+    together: bool,
+    /// The path layout follows the pointer.
+    layout: bool,
+}
+
+const COMMIT: Commit = Commit {
+    files: true,
+    spares: false,
+    together: false,
+    layout: true,
+};
+
+/// The layouts timed, `None` being SeaweedFS's append.
+const LAYOUTS: [(&str, Option<Commit>); 6] = [
+    ("append", None),
+    ("commit", Some(COMMIT)),
+    (
+        "commit, spares",
+        Some(Commit {
+            spares: true,
+            ..COMMIT
+        }),
+    ),
+    (
+        "commit, syncs together",
+        Some(Commit {
+            together: true,
+            ..COMMIT
+        }),
+    ),
+    (
+        "commit, no layout",
+        Some(Commit {
+            layout: false,
+            ..COMMIT
+        }),
+    ),
+    (
+        "pointer only",
+        Some(Commit {
+            files: false,
+            layout: false,
+            ..COMMIT
+        }),
+    ),
+];
 
 type Job = Box<dyn FnOnce() -> io::Result<()> + Send>;
 
@@ -142,9 +201,8 @@ impl Layout {
         self.volume.sync_data()
     }
 
-    /// One commit; `spares` makes each file by renaming a spare, `layout`
-    /// adds the path layout after the pointer moves.
-    fn commit(&mut self, bytes: &[u8], spares: bool, layout: bool, files: bool) -> io::Result<()> {
+    /// One commit laid out as `how` says.
+    fn commit(&mut self, bytes: &[u8], how: Commit) -> io::Result<()> {
         let volume = self.volume.try_clone()?;
         let side = bytes[..3_000].to_vec();
         let mut started = vec![self.pool.start(Box::new(move || {
@@ -152,8 +210,9 @@ impl Layout {
             volume.sync_data()
         }))];
         let mut made = Vec::new();
-        if files {
-            let spared = if spares {
+        let mut unsynced = Vec::new();
+        if how.files {
+            let spared = if how.spares {
                 std::mem::take(&mut self.spares)
             } else {
                 Vec::new()
@@ -169,13 +228,20 @@ impl Layout {
                 };
                 f.write_all(&bytes[..*size])?;
                 made.push(path);
-                started.push(self.pool.start(Box::new(move || f.sync_all())));
+                let mut syncs: Vec<Job> = vec![Box::new(move || f.sync_all())];
                 if i == 0 || i == FILES.len() - 1 {
                     let dir = self.root.join(dir);
-                    started.push(self.pool.start(Box::new(move || sync_dir(&dir))));
+                    syncs.push(Box::new(move || sync_dir(&dir)));
+                }
+                for sync in syncs {
+                    match how.together {
+                        true => unsynced.push(sync),
+                        false => started.push(self.pool.start(sync)),
+                    }
                 }
             }
         }
+        started.extend(unsynced.into_iter().map(|sync| self.pool.start(sync)));
         wait(started)?;
         for (page, at) in [
             (4_096, 536_576),
@@ -186,7 +252,7 @@ impl Layout {
             self.pointer.write_all_at(&bytes[..page], at)?;
         }
         self.pointer.sync_data()?;
-        if layout {
+        if how.layout {
             let link = self.name("metadata", "v");
             fs::hard_link(&made[made.len() - 1], &link)?;
             made.push(link);
@@ -231,24 +297,14 @@ fn main() -> io::Result<()> {
     let bytes: Vec<u8> = (0..65_536u32)
         .map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8)
         .collect();
-    let names = [
-        "append",
-        "commit",
-        "commit, spares",
-        "commit, no layout",
-        "pointer only",
-    ];
-    let mut times: Vec<Vec<Duration>> = vec![Vec::new(); names.len()];
+    let mut times: Vec<Vec<Duration>> = vec![Vec::new(); LAYOUTS.len()];
     layout.between()?;
     for _ in 0..runs {
-        for (k, t) in times.iter_mut().enumerate() {
+        for ((_, how), t) in LAYOUTS.iter().zip(&mut times) {
             let start = Instant::now();
-            match k {
-                0 => layout.append(&bytes)?,
-                1 => layout.commit(&bytes, false, true, true)?,
-                2 => layout.commit(&bytes, true, true, true)?,
-                3 => layout.commit(&bytes, false, false, true)?,
-                _ => layout.commit(&bytes, false, false, false)?,
+            match how {
+                None => layout.append(&bytes)?,
+                Some(how) => layout.commit(&bytes, *how)?,
             }
             t.push(start.elapsed());
             layout.between()?;
@@ -261,7 +317,7 @@ fn main() -> io::Result<()> {
         t[((t.len() - 1) as f64 * q) as usize].as_secs_f64() * 1e3
     };
     let base = p(&mut times[0], 0.5);
-    for (name, t) in names.iter().zip(&mut times) {
+    for ((name, _), t) in LAYOUTS.iter().zip(&mut times) {
         let (p50, p90) = (p(t, 0.5), p(t, 0.9));
         println!("| {name} | {p50:.2} | {p90:.2} | {:.2}x |", p50 / base);
     }
