@@ -132,22 +132,48 @@ const P_SEALED_LEN: &str = "znippy.sealed_len";
 const P_PLUGINS: &str = "znippy.plugins";
 const P_REPO: &str = "znippy.repo";
 
-/// Commit races a change may lose to other nodes before it gives up with
-/// the conflict.
-const COMMIT_RACES: u32 = 32;
+/// How long a change keeps committing again after it first lost a commit
+/// race to another node, before it gives up with the conflict. A count of
+/// races was not enough: a node that must catch up before each try can lose
+/// dozens in a row to one that commits back to back (docs/benchmarks.md,
+/// "Scaled out").
+const COMMIT_PATIENCE: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// The nice value of the maintenance thread: the kernel gives it about a
 /// tenth of the CPU a request's thread gets when both want it.
 const MAINTENANCE_NICE: i32 = 10;
 
-/// How long a change waits after losing its `lost`th commit race: a random
-/// time up to 2^lost ms, at most 8 ms (a longer wait only lets the node that
-/// keeps winning commit again).
-fn backoff(lost: u32) -> std::time::Duration {
-    // The random bits of a UUID v7, which the store makes anyway.
-    let random = uuid::Uuid::now_v7().as_u128() as u64;
-    let cap = 1u64 << lost.min(3);
-    std::time::Duration::from_micros(random % (cap * 1000))
+/// The commit races one change has lost to other nodes.
+struct Races {
+    lost: u32,
+    first: Option<std::time::Instant>,
+    patience: std::time::Duration,
+}
+
+impl Races {
+    fn new(patience: std::time::Duration) -> Races {
+        Races {
+            lost: 0,
+            first: None,
+            patience,
+        }
+    }
+
+    /// Counts a lost race. Returns how long to pause before committing
+    /// again, or `None` once `patience` has passed since the first loss.
+    /// The pause after the `n`th loss is a random time up to 2^n ms, at most
+    /// 8 ms: a longer one only lets the node that keeps winning commit again.
+    fn lost(&mut self) -> Option<std::time::Duration> {
+        let first = *self.first.get_or_insert_with(std::time::Instant::now);
+        if first.elapsed() >= self.patience {
+            return None;
+        }
+        self.lost += 1;
+        // The random bits of a UUID v7, which the store makes anyway.
+        let random = uuid::Uuid::now_v7().as_u128() as u64;
+        let cap = 1u64 << self.lost.min(3);
+        Some(std::time::Duration::from_micros(random % (cap * 1000)))
+    }
 }
 
 /// Previous metadata files a table's log names (and expiry keeps on disk).
@@ -441,12 +467,13 @@ impl Slot {
     ///
     /// On a shared catalog a group that loses the commit race to another
     /// node is put back, the state catches up with the winner, and the
-    /// group is moved past it and committed again. A group that commits
-    /// directly follows the snapshot it was built on, which is the state's,
-    /// so what it acknowledges is readable once it is folded in.
+    /// group is moved past it and committed again, for [`COMMIT_PATIENCE`]
+    /// after its first loss; then it fails with the conflict. A group that
+    /// commits directly follows the snapshot it was built on, which is the
+    /// state's, so what it acknowledges is readable once it is folded in.
     async fn commit_queued(&self, catalog: &Backend) -> bool {
         let shared = catalog.redb().is_none();
-        let mut lost = 0;
+        let mut races = Races::new(COMMIT_PATIENCE);
         loop {
             let group = {
                 let mut state = self.state.lock().await;
@@ -469,13 +496,16 @@ impl Slot {
                 state.apply_group(group, committed, false);
                 return due;
             }
-            match committed {
-                Err(StoreError::Iceberg(e)) if pinned::is_conflict(&e) && lost < COMMIT_RACES => {
-                    lost += 1;
+            let pause = match &committed {
+                Err(StoreError::Iceberg(e)) if pinned::is_conflict(e) => races.lost(),
+                _ => None,
+            };
+            match (committed, pause) {
+                (Err(_), Some(pause)) => {
                     state.requeue(group);
                     drop(state);
                     // Nodes that lose in lockstep would lose again together.
-                    tokio::time::sleep(backoff(lost)).await;
+                    tokio::time::sleep(pause).await;
                     let mut state = self.state.lock().await;
                     if let Err(e) = state.refresh(catalog).await {
                         // The queue fails with it, as with any failed commit.
@@ -486,7 +516,7 @@ impl Slot {
                         return false;
                     }
                 }
-                committed => {
+                (committed, _) => {
                     // A commit pinned to the state's snapshot follows it
                     // directly, so the group is folded in by hand; unless
                     // the state moved meanwhile, which only a read that
@@ -1063,17 +1093,17 @@ impl Store {
             // delete lost the pointer's swap to it and failed.
             let _commit = slot.commit.lock().await;
             let shared = catalog.redb().is_none();
-            let mut lost = 0;
+            let mut races = Races::new(COMMIT_PATIENCE);
             let committed = loop {
                 let mut state = slot.state.lock().await;
                 state.refresh(&catalog).await?;
                 match state.delete(&catalog, &path).await {
-                    Err(StoreError::Iceberg(e))
-                        if shared && pinned::is_conflict(&e) && lost < COMMIT_RACES =>
-                    {
-                        lost += 1;
+                    Err(StoreError::Iceberg(e)) if shared && pinned::is_conflict(&e) => {
+                        let Some(pause) = races.lost() else {
+                            return Err(StoreError::Iceberg(e));
+                        };
                         drop(state);
-                        tokio::time::sleep(backoff(lost)).await;
+                        tokio::time::sleep(pause).await;
                     }
                     r => break r?,
                 }
@@ -1448,5 +1478,26 @@ impl Store {
     pub async fn meta_by_prefix(&self, id: &str, prefix: &str) -> Result<MetaSearch> {
         let query = MetaQuery::Prefix(prefix.into());
         Ok(self.meta_page(id, &query, None, &PageLimit::ALL).await?.0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::Races;
+
+    /// A change lost to other nodes pauses a few milliseconds between tries
+    /// for as long as its patience lasts from the first loss, however many
+    /// races that is, and then gives up.
+    #[test]
+    fn a_change_keeps_trying_for_its_patience_not_for_a_count() {
+        let mut races = Races::new(Duration::from_millis(200));
+        for _ in 0..100 {
+            let pause = races.lost().expect("still patient");
+            assert!(pause <= Duration::from_millis(8));
+        }
+        std::thread::sleep(Duration::from_millis(210));
+        assert_eq!(races.lost(), None);
     }
 }
