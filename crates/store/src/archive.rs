@@ -1930,7 +1930,7 @@ mod tests {
     async fn queue(slot: &Slot, f: InputFile) -> Result<oneshot::Receiver<Result<AppendReceipt>>> {
         let pending = slot.state.lock().await.begin_append()?;
         let (engine, written) = super::write_blobs(pending, [Ok(f)]).await?;
-        slot.state.lock().await.enqueue(engine, written?, None)
+        slot.enqueue(engine, written?, None).await
     }
 
     async fn read(store: &Store, path: &str) -> Result<Vec<u8>> {
@@ -2100,6 +2100,45 @@ mod tests {
         assert_eq!(gather_wait(9, 8, ms(4)), None);
         assert_eq!(gather_wait(1, 1, ms(4)), None, "a lone client never waits");
         assert_eq!(gather_wait(0, 8, ms(4)), None, "nothing to commit");
+    }
+
+    /// A commit that waits to gather wakes when the append it waits for
+    /// queues, not at its bound. The clock is paused, so it could reach the
+    /// bound only by jumping there once nothing else can run.
+    #[tokio::test]
+    async fn a_gathering_commit_wakes_when_the_append_it_waits_for_queues() {
+        use std::time::Duration;
+
+        let tmp = tempfile::tempdir().unwrap();
+        let (store, slot) = archive(tmp.path()).await;
+        let first = queue(&slot, file("y", b"two")).await.unwrap();
+        // The second append's blobs are written before the clock stops.
+        let pending = slot.state.lock().await.begin_append().unwrap();
+        let (engine, written) = super::write_blobs(pending, [Ok(file("z", b"three"))])
+            .await
+            .unwrap();
+        slot.state.lock().await.last_group = (2, Duration::from_secs(60));
+        tokio::time::pause();
+        let start = tokio::time::Instant::now();
+        let gathering = tokio::spawn({
+            let slot = Arc::clone(&slot);
+            async move { slot.gather().await }
+        });
+        tokio::task::yield_now().await;
+        assert!(!gathering.is_finished(), "one of two is queued: it waits");
+        let second = slot.enqueue(engine, written.unwrap(), None).await.unwrap();
+        gathering.await.unwrap();
+        assert_eq!(start.elapsed(), Duration::ZERO, "woken, not timed out");
+        tokio::time::resume();
+        let commit = slot.commit.lock().await;
+        slot.commit_queued(&store.catalog).await;
+        drop(commit);
+        let (first, second) = (
+            first.await.unwrap().unwrap(),
+            second.await.unwrap().unwrap(),
+        );
+        assert_eq!(first.snapshot_id, second.snapshot_id, "one commit for both");
+        store.close().await;
     }
 
     /// After a group with eight appends in flight, a lone append waits for

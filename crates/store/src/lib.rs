@@ -437,6 +437,19 @@ pub(crate) struct Slot {
 }
 
 impl Slot {
+    /// Queues an append ([`LiveArchive::enqueue`]) and wakes a commit that
+    /// waits to gather it.
+    async fn enqueue(
+        &self,
+        engine: znippy_format::Engine,
+        written: archive::Written,
+        meta: Option<MetaTable>,
+    ) -> Result<tokio::sync::oneshot::Receiver<Result<AppendReceipt>>> {
+        let queued = self.state.lock().await.enqueue(engine, written, meta);
+        self.queued.notify_waiters();
+        queued
+    }
+
     /// Waits while the commit about to start should gather more appends
     /// ([`LiveArchive::gather_for`]): until the queue holds as many appends
     /// as were in flight when the last group committed, or the time it
@@ -1040,11 +1053,7 @@ impl Store {
                 // carry it last); it is complete once they are.
                 let queued = match written {
                     Ok((engine, Ok(written))) => match meta.await {
-                        Ok(m) => {
-                            let queued = slot.state.lock().await.enqueue(engine, written, m);
-                            slot.queued.notify_waiters();
-                            queued
-                        }
+                        Ok(m) => slot.enqueue(engine, written, m).await,
                         Err(Abandoned) => Err(StoreError::Aborted),
                     },
                     Ok((_, Err(e))) | Err(e) => Err(e),
