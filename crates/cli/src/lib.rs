@@ -16,6 +16,7 @@ use anyhow::{bail, Context, Result};
 use znippy_format::{scan_dir, MetaSearch, Scan, ScanOptions, ScannedFile};
 
 pub mod meta_args;
+pub mod output;
 pub mod progress;
 pub mod read;
 

@@ -3,7 +3,7 @@
 
 use std::ffi::OsString;
 use std::fs::{File, TryLockError};
-use std::io::{BufWriter, Write};
+use std::io::Write;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -16,6 +16,7 @@ use znippy_format::{
     MetaUpdate, Metadata, Plugins, Recovery, Scan, ScanOptions, TarEntries, WALK_STACK,
 };
 
+use znippy_cli::output::Output;
 use znippy_cli::progress::Progress;
 use znippy_cli::read::ReadCmd;
 
@@ -323,10 +324,8 @@ fn compress(args: CompressArgs) -> Result<()> {
         (None, None) => bail!("give a directory or --tar"),
     };
     bar.grow(total);
-    let tmp = output.with_extension("znippy.partial");
-    let out = File::create(&tmp).with_context(|| format!("creating {}", tmp.display()))?;
-    let mut out = BufWriter::new(out);
-    let result = znippy_format::compress_with(
+    let mut out = Output::create(&output)?;
+    let summary = znippy_format::compress_with(
         &mut out,
         [batch],
         props,
@@ -334,17 +333,8 @@ fn compress(args: CompressArgs) -> Result<()> {
         &meta,
         &plugins,
         &mut |n| bar.inc(n),
-    );
-    let summary = match result {
-        Ok(s) => s,
-        Err(e) => {
-            drop(out);
-            let _ = std::fs::remove_file(&tmp);
-            return Err(e.into());
-        }
-    };
-    drop(out);
-    std::fs::rename(&tmp, &output).with_context(|| format!("writing {}", output.display()))?;
+    )?;
+    out.finish()?;
     bar.finish(
         "compressed",
         summary.files,

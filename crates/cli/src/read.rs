@@ -3,7 +3,6 @@
 //! local file and `znippy-server` on a URL (`znippy-remote`), with one
 //! implementation of each.
 
-use std::fs::File;
 use std::io::{BufWriter, Write};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
@@ -13,6 +12,7 @@ use anyhow::{bail, Context, Result};
 use clap::{Args, Subcommand};
 use znippy_format::{Archive, Kind, ReadAt, Value};
 
+use crate::output::Output;
 use crate::progress::human;
 use crate::{print_meta, threads};
 
@@ -312,37 +312,18 @@ fn get<R: ReadAt>(a: &Archive<R>, args: &GetArgs) -> Result<()> {
             }
         }
         Some(dest) => {
-            // Written beside the target and renamed, so a failed check
-            // leaves no half-written file behind.
-            let tmp = dest.with_extension("znippy-get.partial");
-            let mut out = BufWriter::new(
-                File::create(&tmp).with_context(|| format!("creating {}", tmp.display()))?,
-            );
-            let res = a
-                .read_entry(path, &mut out)
-                .map_err(anyhow::Error::from)
-                .and_then(|e| {
-                    out.flush()?;
-                    Ok(e)
-                });
-            drop(out);
-            let entry = match res {
-                Ok(e) => e,
-                Err(e) => {
-                    let _ = std::fs::remove_file(&tmp);
-                    return Err(e);
-                }
-            };
+            let mut out = Output::create(dest)?;
+            let entry = a.read_entry(path, &mut out)?;
             if entry.kind()? == Kind::Symlink {
                 // The link itself, as extraction makes it, its target read
                 // again with the cap on a link's length.
-                std::fs::remove_file(&tmp)?;
+                drop(out);
                 let target = a.read_link(path)?;
                 let target = std::ffi::OsStr::from_bytes(&target);
                 std::os::unix::fs::symlink(target, dest)
                     .with_context(|| format!("making the link {}", dest.display()))?;
             } else {
-                std::fs::rename(&tmp, dest)?;
+                out.finish()?;
             }
         }
     }

@@ -197,6 +197,44 @@ fn get_list_info_and_help() {
     assert!(!tmp.path().join("g.znippy.partial").exists());
 }
 
+/// `-o` onto something that is not a regular file writes through it: a
+/// rename over `/dev/null` would, as root, leave a regular file there. A
+/// FIFO and a link stand in for the device here.
+#[test]
+fn an_output_that_is_not_a_regular_file_is_written_through() {
+    use std::os::unix::fs::FileTypeExt;
+    let tmp = tempfile::tempdir().unwrap();
+    let (src, arc) = compressed_tree(tmp.path());
+
+    let fifo = tmp.path().join("fifo");
+    let c = std::ffi::CString::new(s(&fifo)).unwrap();
+    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+    let reader = {
+        let fifo = fifo.clone();
+        std::thread::spawn(move || std::fs::read(fifo).unwrap())
+    };
+    ok(&["get", s(&arc), "dir/b.txt", "-o", s(&fifo)]);
+    let kind = std::fs::symlink_metadata(&fifo).unwrap().file_type();
+    assert!(kind.is_fifo(), "{kind:?}");
+    assert_eq!(reader.join().unwrap(), b"beta");
+
+    let (target, link) = (tmp.path().join("target.znippy"), tmp.path().join("link"));
+    std::fs::write(&target, b"old").unwrap();
+    std::os::unix::fs::symlink(&target, &link).unwrap();
+    ok(&["compress", s(&src), "-o", s(&link)]);
+    assert!(std::fs::symlink_metadata(&link).unwrap().is_symlink());
+    let listed = String::from_utf8(ok(&["list", s(&target)]).stdout).unwrap();
+    assert_eq!(listed.lines().count(), 5, "{listed}");
+
+    let out = znippy(&["get", s(&arc), "a.txt", "-o", s(tmp.path())]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("is a directory; name a file"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
 /// Runs `znippy args` with its stdout a pipe whose reader is gone before
 /// it writes: what `znippy list a.znippy | head` does once head has its lines.
 fn znippy_into_closed_pipe(args: &[&str]) -> Output {
