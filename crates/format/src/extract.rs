@@ -105,13 +105,12 @@ pub fn extract_all_with<R: ReadAt>(
         );
     }
     // `a -> /etc` then `a/passwd` must not write through the link.
-    let mut sorted: Vec<&str> = entries.keys().copied().collect();
-    sorted.sort_unstable();
+    let below = path::Below::new(entries.keys().copied().collect());
     let is_dir = |p: &str| entries.get(p).map(|e| e.kind == Kind::Dir);
     path::check_nesting(
         entries.iter().map(|(p, e)| (*p, e.kind == Kind::Dir)),
         is_dir,
-        |p| path::first_below(&sorted, p),
+        |p| below.first(p),
     )?;
     fs::create_dir_all(dest).map_err(|e| Error::io(format!("creating {}", dest.display()), e))?;
     let root =

@@ -14,6 +14,7 @@
 
 use std::borrow::Cow;
 use std::collections::hash_map::{Entry, HashMap};
+use std::collections::HashSet;
 
 use unicode_normalization::{is_nfc_quick, IsNormalized, UnicodeNormalization};
 
@@ -136,19 +137,61 @@ pub fn check_twins<'a>(
     Ok(())
 }
 
-/// The first of `sorted` paths that lies below `p/`.
-pub(crate) fn first_below(sorted: &[&str], p: &str) -> Option<String> {
-    let dir = format!("{p}/");
-    let i = sorted.partition_point(|q| *q < dir.as_str());
-    sorted
-        .get(i)
-        .filter(|q| q.starts_with(&dir))
-        .map(|q| q.to_string())
+/// Which path of a whole set lies below `p/`, for [`check_nesting`] over
+/// every path of an archive. A set of every directory some path lies in
+/// answers "none" with one lookup, as it does for all but a conflicting
+/// path; only a conflict pays for a search, to name the path below.
+pub(crate) struct Below<'a> {
+    paths: Vec<&'a str>,
+    parents: HashSet<&'a str>,
+}
+
+impl<'a> Below<'a> {
+    pub(crate) fn new(paths: Vec<&'a str>) -> Self {
+        let mut parents = HashSet::new();
+        for path in &paths {
+            let mut at = *path;
+            // An ancestor already known has had its own ancestors added.
+            while let Some((parent, _)) = at.rsplit_once('/') {
+                if !parents.insert(parent) {
+                    break;
+                }
+                at = parent;
+            }
+        }
+        Below { paths, parents }
+    }
+
+    /// The first path, in byte order, below `p/`.
+    pub(crate) fn first(&self, p: &str) -> Option<String> {
+        if !self.parents.contains(p) {
+            return None;
+        }
+        self.paths
+            .iter()
+            .filter(|q| q.len() > p.len() && q.as_bytes()[p.len()] == b'/' && q.starts_with(p))
+            .min()
+            .map(|q| q.to_string())
+    }
 }
 
 #[cfg(test)]
 mod tests {
-    use super::{check_twins, nfc, validate};
+    use super::{check_twins, nfc, validate, Below};
+
+    #[test]
+    fn below_names_the_first_path_under_a_name_and_nothing_beside_it() {
+        let below = Below::new(vec![
+            "a.txt", "a/z/y", "a-b", "a/c", "a/b/x", "b/c/d", "ab/c",
+        ]);
+        assert_eq!(below.first("a").as_deref(), Some("a/b/x"));
+        assert_eq!(below.first("a/b").as_deref(), Some("a/b/x"));
+        assert_eq!(below.first("b").as_deref(), Some("b/c/d"));
+        // Names that only begin with another, or lie beside it.
+        for p in ["a.txt", "a-b", "a/c", "a/b/x", "b/c/d/e", "c", ""] {
+            assert_eq!(below.first(p), None, "{p}");
+        }
+    }
 
     #[test]
     fn refuses_names_that_are_one_in_nfc() {

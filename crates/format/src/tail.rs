@@ -5,7 +5,7 @@
 //! the properties handed to it. Byte identity between those paths holds by
 //! construction.
 
-use std::collections::HashMap;
+use std::collections::hash_map::{Entry, HashMap};
 use std::io::Write;
 
 use crate::error::{Error, Result};
@@ -391,19 +391,24 @@ pub(crate) fn check_order(rows: &[SliceRow], version: u32) -> Result<()> {
 /// No entry below a file or a link (`x` and `x/y` extract nowhere), and no
 /// two names that are one in NFC.
 fn check_tail_nesting(rows: &[SliceRow]) -> Result<()> {
+    // Each path once, in row order, so that the first conflict is the one
+    // reported whatever the hash order.
+    let mut entries: Vec<(&str, bool)> = Vec::with_capacity(rows.len());
     let mut dirs: HashMap<&str, bool> = HashMap::with_capacity(rows.len());
     for r in rows {
         let dir = Kind::of(r.mode)? == Kind::Dir;
-        dirs.entry(&r.relative_path).or_insert(dir);
+        if let Entry::Vacant(v) = dirs.entry(&r.relative_path) {
+            v.insert(dir);
+            entries.push((&r.relative_path, dir));
+        }
     }
-    let mut sorted: Vec<&str> = dirs.keys().copied().collect();
-    sorted.sort_unstable();
+    let below = path::Below::new(entries.iter().map(|e| e.0).collect());
     path::check_nesting(
-        dirs.iter().map(|(p, d)| (*p, *d)),
+        entries.iter().copied(),
         |p| dirs.get(p).copied(),
-        |p| path::first_below(&sorted, p),
+        |p| below.first(p),
     )?;
-    path::check_twins(sorted.iter().copied(), |p| dirs.contains_key(p))
+    path::check_twins(entries.iter().map(|e| e.0), |p| dirs.contains_key(p))
 }
 
 /// A writer that knows its archive offset, pads sections to [`ALIGN`] and
