@@ -62,7 +62,10 @@ impl ScannedFile {
     /// The engine input for this entry.
     pub fn input(&self) -> InputFile {
         let source = match (self.kind(), &self.target) {
-            (Kind::File, _) => Source::Path(self.disk_path.clone()),
+            (Kind::File, _) => Source::Path {
+                path: self.disk_path.clone(),
+                size: self.size,
+            },
             (_, target) => {
                 let bytes = target.clone().unwrap_or_default();
                 Source::Reader(Box::new(std::io::Cursor::new(bytes)))
