@@ -29,6 +29,11 @@ The layouts, each from the one before unless it says otherwise:
 - delta: narrow, with `blob_offset` as the difference from the row before.
 - batch1024: delta, in 1,024-row batches (a `get` would inflate four times
   the rows it does now).
+
+Then the bytes of the record-batch messages' metadata in the stored data
+sub-index (the flatbuffer that lists each batch's buffers, about 600 bytes
+a batch), and a grid: the stored columns, unchanged, in 256-, 512- and
+1,024-row batches at zstd levels 3, 9 and 19.
 """
 
 import struct
@@ -59,10 +64,10 @@ def table(data, entry):
     return pa.ipc.open_file(pa.BufferReader(data[offset : offset + length])).read_all()
 
 
-def ipc_len(t, batch_rows):
-    """Bytes of `t` as an Arrow IPC file, zstd level 3 per buffer, `batch_rows` a batch."""
+def ipc_len(t, batch_rows, level=3):
+    """Bytes of `t` as an Arrow IPC file, zstd at `level` per buffer, `batch_rows` a batch."""
     sink = pa.BufferOutputStream()
-    options = pa.ipc.IpcWriteOptions(compression=pa.Codec("zstd", compression_level=3))
+    options = pa.ipc.IpcWriteOptions(compression=pa.Codec("zstd", compression_level=level))
     with pa.ipc.new_file(sink, t.schema, options=options) as w:
         for batch in t.combine_chunks().to_batches(max_chunksize=batch_rows):
             w.write_batch(batch)
@@ -88,6 +93,30 @@ def delta(t):
     offsets = t["blob_offset"].to_pylist()
     diffs = [b - a for a, b in zip([0] + offsets[:-1], offsets)]
     return t.set_column(t.column_names.index("blob_offset"), "blob_offset", pa.array(diffs, pa.int64()))
+
+
+def framing(section):
+    """Bytes of an IPC file's record-batch messages that are not their bodies."""
+    pos, total = 8, 0
+    while pos + 8 <= len(section):
+        marker, length = struct.unpack_from("<Ii", section, pos)
+        if marker != 0xFFFFFFFF or length <= 0:
+            break
+        message = pa.ipc.read_message(pa.BufferReader(section[pos:]))
+        if message.type == "record batch":
+            total += 8 + length
+        pos += 8 + length + message.body.size
+    return total
+
+
+def grid(data_t, files, slices):
+    """The stored columns in other batch sizes and zstd levels, without the BLAKE3s."""
+    levels = (3, 9, 19)
+    print("\n| data sub-index, bytes a file without the BLAKE3s | " + " | ".join(f"zstd {l}" for l in levels) + " |")
+    print("|---|" + "---:|" * len(levels))
+    for rows in (256, 512, 1024):
+        sizes = [(ipc_len(data_t, rows, l) - HASH * slices) / files for l in levels]
+        print(f"| {rows}-row batches | " + " | ".join(f"{n:.2f}" for n in sizes) + " |")
 
 
 def measure(path):
@@ -120,6 +149,10 @@ def measure(path):
     for name, n in layouts:
         index = n + fixed
         print(f"| {name} | {n:,} | {index / files:.1f} | {(index - HASH * slices) / files:.1f} |")
+    offset, length, _ = s["files"]
+    frames = framing(data[offset : offset + length])
+    print(f"\nrecord-batch messages' metadata: {frames:,} bytes, {frames / files:.2f} a file")
+    grid(data_t, files, slices)
 
 
 if __name__ == "__main__":

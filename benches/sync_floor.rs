@@ -22,6 +22,12 @@
 //!   allocated while the commit waits.
 //! - `commit, syncs together`: `commit`, but the files' syncs all start
 //!   once the last file is written.
+//! - `commit, one syncfs`: `commit`, but nothing is synced file by file:
+//!   once the sidecar and the four files are written, one `syncfs` makes
+//!   the whole filesystem durable (one cache flush where a sync a file
+//!   issues one each), then the pointer as before. It also waits for
+//!   whatever else the filesystem has in flight, such as other uploads'
+//!   blobs.
 //! - `commit, no layout`: `commit` without the path layout.
 //! - `pointer only`: the sidecar and the pointer, no table files: what a
 //!   commit would cost if the rows lived in the pointer's database, which
@@ -64,6 +70,13 @@ struct Commit {
     together: bool,
     /// The path layout follows the pointer.
     layout: bool,
+    /// One `syncfs` after every write, instead of a sync a file.
+    syncfs: bool,
+}
+
+extern "C" {
+    /// glibc's `syncfs(2)`; std links libc, so no crate is needed.
+    fn syncfs(fd: i32) -> i32;
 }
 
 const COMMIT: Commit = Commit {
@@ -71,12 +84,20 @@ const COMMIT: Commit = Commit {
     spares: false,
     together: false,
     layout: true,
+    syncfs: false,
 };
 
 /// The layouts timed, `None` being SeaweedFS's append.
-const LAYOUTS: [(&str, Option<Commit>); 6] = [
+const LAYOUTS: [(&str, Option<Commit>); 7] = [
     ("append", None),
     ("commit", Some(COMMIT)),
+    (
+        "commit, one syncfs",
+        Some(Commit {
+            syncfs: true,
+            ..COMMIT
+        }),
+    ),
     (
         "commit, spares",
         Some(Commit {
@@ -203,12 +224,17 @@ impl Layout {
 
     /// One commit laid out as `how` says.
     fn commit(&mut self, bytes: &[u8], how: Commit) -> io::Result<()> {
-        let volume = self.volume.try_clone()?;
-        let side = bytes[..3_000].to_vec();
-        let mut started = vec![self.pool.start(Box::new(move || {
-            (&volume).write_all(&side)?;
-            volume.sync_data()
-        }))];
+        let mut started = Vec::new();
+        if how.syncfs {
+            self.volume.write_all(&bytes[..3_000])?;
+        } else {
+            let volume = self.volume.try_clone()?;
+            let side = bytes[..3_000].to_vec();
+            started.push(self.pool.start(Box::new(move || {
+                (&volume).write_all(&side)?;
+                volume.sync_data()
+            })));
+        }
         let mut made = Vec::new();
         let mut unsynced = Vec::new();
         if how.files {
@@ -234,15 +260,24 @@ impl Layout {
                     syncs.push(Box::new(move || sync_dir(&dir)));
                 }
                 for sync in syncs {
-                    match how.together {
-                        true => unsynced.push(sync),
-                        false => started.push(self.pool.start(sync)),
+                    match (how.syncfs, how.together) {
+                        (true, _) => {}
+                        (false, true) => unsynced.push(sync),
+                        (false, false) => started.push(self.pool.start(sync)),
                     }
                 }
             }
         }
         started.extend(unsynced.into_iter().map(|sync| self.pool.start(sync)));
         wait(started)?;
+        if how.syncfs {
+            use std::os::fd::AsRawFd;
+            let root = File::open(&self.root)?;
+            // SAFETY: `root` is an open descriptor for the call's length.
+            if unsafe { syncfs(root.as_raw_fd()) } != 0 {
+                return Err(io::Error::last_os_error());
+            }
+        }
         for (page, at) in [
             (4_096, 536_576),
             (4_096, 552_960),
