@@ -98,7 +98,7 @@ pub fn threads(n: Option<usize>) -> usize {
 /// The files of an append, in argument order: a directory's files relative to it,
 /// a file under the path given. The same path twice is refused.
 pub fn gather(inputs: &[PathBuf], opts: ScanOptions) -> Result<Scan> {
-    use std::os::unix::fs::PermissionsExt;
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
     let mut out = Vec::new();
     let mut skipped = Vec::new();
     for input in inputs {
@@ -108,6 +108,9 @@ pub fn gather(inputs: &[PathBuf], opts: ScanOptions) -> Result<Scan> {
             out.extend(scan.files);
             skipped.extend(scan.skipped);
         } else if m.is_file() {
+            if opts.exclude == Some((m.dev(), m.ino())) {
+                bail!("{} is the archive itself", input.display());
+            }
             let given = input
                 .to_str()
                 .with_context(|| format!("{} is not UTF-8", input.display()))?;

@@ -4,6 +4,7 @@
 use std::ffi::OsString;
 use std::fs::{File, TryLockError};
 use std::io::Write;
+use std::os::unix::fs::MetadataExt;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -226,6 +227,7 @@ impl TreeArgs {
             dereference: self.dereference,
             strict: self.strict,
             skip_unreadable: self.skip_unreadable,
+            exclude: None,
         }
     }
 }
@@ -317,14 +319,20 @@ fn compress(args: CompressArgs) -> Result<()> {
         Some(t) => Metadata::Present(t),
         None => Metadata::Absent,
     };
+    let mut out = Output::create(&output)?;
     let bar = Progress::new(0, "compress");
     let (batch, total) = match (&dir, &tar) {
         (_, Some(tar)) => tar_batch(tar)?,
-        (Some(dir), None) => walk_batch(dir, tree.options(), &bar),
+        (Some(dir), None) => {
+            let opts = ScanOptions {
+                exclude: Some(out.id()?),
+                ..tree.options()
+            };
+            walk_batch(dir, opts, &bar)
+        }
         (None, None) => bail!("give a directory or --tar"),
     };
     bar.grow(total);
-    let mut out = Output::create(&output)?;
     let summary = znippy_format::compress_with(
         &mut out,
         [batch],
@@ -381,7 +389,15 @@ fn append(args: AppendArgs) -> Result<()> {
     let set = meta_args::table(&meta, &meta_archive)?;
     let (batch, total) = match &tar {
         Some(tar) => tar_batch(tar)?,
-        None => files_batch(gather(&inputs, tree.options())?),
+        None => {
+            let exclude = std::fs::metadata(&archive)
+                .with_context(|| format!("opening {}", archive.display()))?;
+            let opts = ScanOptions {
+                exclude: Some((exclude.dev(), exclude.ino())),
+                ..tree.options()
+            };
+            files_batch(gather(&inputs, opts)?)
+        }
     };
     if znippy_format::recover(&archive)? == Recovery::RolledBack {
         eprintln!(

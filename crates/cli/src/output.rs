@@ -46,6 +46,14 @@ impl Output {
         })
     }
 
+    /// The device and inode number of the file being written, which a walk
+    /// of a tree that holds it leaves out.
+    pub fn id(&self) -> Result<(u64, u64)> {
+        use std::os::unix::fs::MetadataExt;
+        let m = self.out.get_ref().metadata()?;
+        Ok((m.dev(), m.ino()))
+    }
+
     /// Flushes what is written and puts it under its name.
     pub fn finish(mut self) -> Result<()> {
         self.out.flush()?;

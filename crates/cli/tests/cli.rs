@@ -235,6 +235,45 @@ fn an_output_that_is_not_a_regular_file_is_written_through() {
     );
 }
 
+/// An archive written into the tree it is made of leaves itself out, as
+/// tar does ("file is the archive; not dumped"), in `compress` and in
+/// `append`: it would otherwise hold a copy of itself half written.
+#[test]
+fn an_archive_inside_its_own_tree_is_left_out() {
+    let tmp = tempfile::tempdir().unwrap();
+    let src = tmp.path().join("src");
+    tree(&src);
+    let arc = src.join("self.znippy");
+    let out = ok(&["compress", s(&src), "-o", s(&arc)]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("self.znippy.partial: the archive being written"),
+        "{err}"
+    );
+    let listed = String::from_utf8(ok(&["list", s(&arc)]).stdout).unwrap();
+    assert_eq!(listed.lines().count(), 5, "{listed}");
+    assert!(!listed.contains("self.znippy"), "{listed}");
+
+    std::fs::write(src.join("new.txt"), b"new").unwrap();
+    let out = ok(&["append", s(&arc), s(&src)]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("self.znippy: the archive being written"),
+        "{err}"
+    );
+    let listed = String::from_utf8(ok(&["list", s(&arc)]).stdout).unwrap();
+    assert_eq!(listed.lines().count(), 6, "{listed}");
+    assert!(!listed.contains("self.znippy"), "{listed}");
+
+    let out = znippy(&["append", s(&arc), s(&arc)]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("is the archive itself"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
 /// Runs `znippy args` with its stdout a pipe whose reader is gone before
 /// it writes: what `znippy list a.znippy | head` does once head has its lines.
 fn znippy_into_closed_pipe(args: &[&str]) -> Output {

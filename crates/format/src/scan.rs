@@ -35,6 +35,10 @@ pub struct ScanOptions {
     pub strict: bool,
     /// Skip files and directories that cannot be read instead of failing.
     pub skip_unreadable: bool,
+    /// A file to leave out, by device and inode number: the archive being
+    /// written, when it lies in the tree (tar's "file is the archive; not
+    /// dumped"). It is listed as skipped.
+    pub exclude: Option<(u64, u64)>,
 }
 
 /// One entry found under a directory.
@@ -335,6 +339,9 @@ impl Walk<'_> {
             let id = (meta.dev(), meta.ino());
             (name + "/", What::Dir { perms, id })
         } else if ft.is_file() {
+            if self.opts.exclude == Some((meta.dev(), meta.ino())) {
+                return Ok(Err((disk, "the archive being written")));
+            }
             if self.opts.skip_unreadable {
                 if let Err(e) = fs::File::open(&disk) {
                     if self.skips(&e) {
