@@ -24,10 +24,11 @@
 //! pointer has moved to one it has not seen (a commit through this catalog
 //! hands its metadata over as it swaps).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::path::{Path, PathBuf};
 use std::str::FromStr;
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use iceberg::io::{FileIO, FileIOBuilder};
@@ -133,6 +134,10 @@ pub struct RedbCatalog {
     /// The header of each table's manifests (`manifest.rs`), by table uuid,
     /// schema id and partition spec id.
     headers: Arc<Mutex<HashMap<HeaderKey, Arc<[u8]>>>>,
+    /// Files expiries made unreachable, each batch with when: deleted once
+    /// kept for `maintenance::RETIRED_FOR`, for the readers still on the
+    /// snapshots that named them.
+    retired: Arc<Mutex<VecDeque<(Instant, Vec<PathBuf>)>>>,
 }
 
 /// Which manifests share a header: a table's (by uuid), under one schema and
@@ -167,7 +172,27 @@ impl RedbCatalog {
             lists: Arc::default(),
             hints: Arc::default(),
             headers: Arc::default(),
+            retired: Arc::default(),
         })
+    }
+
+    /// Keeps `files`, which no snapshot of the table names any more, until
+    /// [`RedbCatalog::remove_retired`] deletes them.
+    pub(crate) fn retire(&self, files: Vec<PathBuf>) {
+        lock(&self.retired).push_back((Instant::now(), files));
+    }
+
+    /// Deletes the retired files that have been kept at least `kept`.
+    pub async fn remove_retired(&self, kept: Duration) -> Result<()> {
+        let due: Vec<PathBuf> = {
+            let mut retired = lock(&self.retired);
+            let mut due = Vec::new();
+            while let Some((_, files)) = retired.pop_front_if(|(at, _)| at.elapsed() >= kept) {
+                due.extend(files);
+            }
+            due
+        };
+        storage::remove(due).await
     }
 
     /// The manifest `m` names, parsed once while it is in use.

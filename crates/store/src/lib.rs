@@ -764,10 +764,18 @@ impl Store {
     /// Closes the store once the changes still running have ended (an append
     /// whose caller went away ends as soon as its input fails). When this
     /// returns the data directory is free: another process, or another
-    /// [`Store::open`], can take it.
+    /// [`Store::open`], can take it. The files expiries unlinked, kept for
+    /// readers a while (`maintenance::RETIRED_FOR`), are deleted now.
     pub async fn close(self) {
         self.changes.close();
         self.changes.wait().await;
+        // What expiries unlinked is kept for the readers of this process's
+        // tables; left behind, nothing would ever delete it.
+        if let Some(redb) = self.catalog.redb() {
+            if let Err(e) = redb.remove_retired(std::time::Duration::ZERO).await {
+                tracing::warn!("deleting the files expiries unlinked: {e}");
+            }
+        }
     }
 
     /// Runs a change to an archive on its own task, so that a caller that

@@ -17,7 +17,11 @@
 //!   [`REWRITE_AT`] appends.
 //! - **Expiry**, once a table holds more than [`EXPIRE_AT`] snapshots: every
 //!   snapshot but the newest [`KEEP_SNAPSHOTS`] is dropped, and the files only
-//!   they reached are deleted.
+//!   they reached are deleted [`RETIRED_FOR`] later. Under a stream of
+//!   appends an expiry runs every few hundred milliseconds, and a reader
+//!   (DuckDB planning a scan, Spark's executors reading what its driver
+//!   planned) may still be on a snapshot it dropped: deleting at once failed
+//!   such a scan with a missing data file.
 //!
 //! Reading and writing rows happen without the archive's commit lock; only
 //! the final commit of each job (a manifest list, a metadata file, a pointer
@@ -28,6 +32,7 @@
 use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::time::Duration;
 
 use arrow_array::RecordBatch;
 use iceberg::spec::{
@@ -52,6 +57,9 @@ const TIER: u64 = 4;
 pub(crate) const KEEP_SNAPSHOTS: usize = 16;
 /// Snapshots that trigger an expiry.
 pub(crate) const EXPIRE_AT: usize = 2 * KEEP_SNAPSHOTS;
+/// How long the files an expiry unlinks stay on disk: how long a reader has
+/// between loading a table and reading the files its snapshot names.
+pub(crate) const RETIRED_FOR: Duration = Duration::from_secs(60);
 
 /// The data files a table's current snapshot holds (from its summary).
 pub(crate) fn data_files(metadata: &TableMetadata) -> u64 {
@@ -97,6 +105,7 @@ pub(crate) async fn maintain(
     ident: &TableIdent,
     commit: &Arc<Mutex<()>>,
 ) -> Result<bool> {
+    catalog.remove_retired(RETIRED_FOR).await?;
     let mut done = false;
     let table = catalog.load_table(ident).await?;
     if data_files(table.metadata()) > REWRITE_AT {
@@ -127,7 +136,7 @@ pub(crate) async fn maintain(
                 Ok(storage::deferring(c.commit_expiry(&current, expiry)).await?)
             })
             .await?;
-            storage::remove(garbage).await?;
+            catalog.retire(garbage);
             done = true;
         }
     }
@@ -499,6 +508,65 @@ mod tests {
         let rewrite = c.plan_rewrite(&table).await.unwrap().unwrap();
         let rows = rewrite.read(&table).await.unwrap();
         (rewrite, tables::write_batches(&table, rows).await.unwrap())
+    }
+
+    /// Every file a snapshot names: its manifest list, manifests and data files.
+    async fn files_of(c: &RedbCatalog, table: &Table) -> Vec<PathBuf> {
+        let snap = table.metadata().current_snapshot().unwrap();
+        let mut out = vec![local_path(snap.manifest_list())];
+        for m in c
+            .manifest_list(table.metadata(), snap)
+            .await
+            .unwrap()
+            .iter()
+        {
+            out.push(local_path(&m.manifest_path));
+            for e in c.manifest(m).await.unwrap().entries() {
+                out.push(local_path(e.data_file().file_path()));
+            }
+        }
+        out
+    }
+
+    /// A reader that loaded the table before its snapshot was expired (and
+    /// its data files rewritten) still finds every file the snapshot names:
+    /// the expiry retires them, and only `remove_retired` deletes them, once
+    /// they have been kept for `RETIRED_FOR`.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn an_expired_snapshots_files_outlive_it_for_its_readers() {
+        let tmp = tempfile::tempdir().unwrap();
+        let (c, ns) = tables::test_catalog(tmp.path()).await;
+        c.create_table(&ns, tables::one_column("t")).await.unwrap();
+        let ident = TableIdent::new(ns, "t".into());
+        append(&c, &ident, &[0]).await;
+        let reader = c.load_table(&ident).await.unwrap();
+        let named = files_of(&c, &reader).await;
+        let commit = Arc::new(Mutex::new(()));
+        for i in 1..=(2 * EXPIRE_AT as i64) {
+            append(&c, &ident, &[i]).await;
+            while maintain(&c, &ident, &commit).await.unwrap() {}
+        }
+        let now = c.load_table(&ident).await.unwrap();
+        let reader_snap = reader.metadata().current_snapshot_id();
+        assert!(
+            now.metadata()
+                .snapshots()
+                .all(|s| Some(s.snapshot_id()) != reader_snap),
+            "the reader's snapshot is expired"
+        );
+        assert!(
+            !files_of(&c, &now).await.contains(&named[2]),
+            "and its data file rewritten"
+        );
+        for p in &named {
+            assert!(p.exists(), "{} was deleted under its reader", p.display());
+        }
+        c.remove_retired(RETIRED_FOR).await.unwrap();
+        assert!(named.iter().all(|p| p.exists()), "kept for RETIRED_FOR");
+        c.remove_retired(Duration::ZERO).await.unwrap();
+        assert!(named.iter().all(|p| !p.exists()));
+        let want: Vec<i64> = (0..=2 * EXPIRE_AT as i64).collect();
+        assert_eq!(values(&c, &ident).await, want);
     }
 
     /// A rewrite reads and writes without the commit lock, so appends commit
