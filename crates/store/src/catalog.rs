@@ -137,8 +137,11 @@ pub struct RedbCatalog {
     /// Files expiries made unreachable, each batch with when: deleted once
     /// kept for `maintenance::RETIRED_FOR`, for the readers still on the
     /// snapshots that named them.
-    retired: Arc<Mutex<VecDeque<(Instant, Vec<PathBuf>)>>>,
+    retired: Arc<Mutex<Retired>>,
 }
+
+/// Batches of retired files, oldest first, each with when it was retired.
+type Retired = VecDeque<(Instant, Vec<PathBuf>)>;
 
 /// Which manifests share a header: a table's (by uuid), under one schema and
 /// one partition spec.

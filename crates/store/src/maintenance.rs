@@ -131,12 +131,13 @@ pub(crate) async fn maintain(
     if table.metadata().snapshots().count() > EXPIRE_AT {
         if let Some(expiry) = catalog.plan_expiry(&table, KEEP_SNAPSHOTS).await? {
             let (c, id) = (catalog.clone(), ident.clone());
-            let garbage = under_lock(commit, async move {
+            let unlinked = under_lock(commit, async move {
                 let current = c.load_table(&id).await?;
                 Ok(storage::deferring(c.commit_expiry(&current, expiry)).await?)
             })
             .await?;
-            catalog.retire(garbage);
+            storage::remove(unlinked.metadata).await?;
+            catalog.retire(unlinked.files);
             done = true;
         }
     }
@@ -298,7 +299,10 @@ impl RedbCatalog {
     pub async fn expire_snapshots(&self, ident: &TableIdent, keep: usize) -> iceberg::Result<()> {
         let table = self.load_table(ident).await?;
         match self.plan_expiry(&table, keep).await? {
-            Some(expiry) => storage::remove(self.commit_expiry(&table, expiry).await?).await,
+            Some(expiry) => {
+                let unlinked = self.commit_expiry(&table, expiry).await?;
+                storage::remove([unlinked.files, unlinked.metadata].concat()).await
+            }
             None => Ok(()),
         }
     }
@@ -369,14 +373,13 @@ impl RedbCatalog {
     }
 
     /// Commits `expiry` on `table` (its current state, read under the
-    /// commit lock). Returns the files to delete once the commit lock is
-    /// released: the expiry's, and the metadata files the new version's log
-    /// no longer names.
+    /// commit lock). Returns what it unlinked, to delete once the commit
+    /// lock is released.
     pub(crate) async fn commit_expiry(
         &self,
         table: &Table,
         expiry: Expiry,
-    ) -> iceberg::Result<Vec<PathBuf>> {
+    ) -> iceberg::Result<Unlinked> {
         let metadata = table.metadata();
         let old = metadata_location_of(table)?.to_string();
         let built = metadata
@@ -387,7 +390,7 @@ impl RedbCatalog {
             .metadata;
         let published = self.publish(table, built.into(), Vec::new()).await?;
         let next = metadata_location_of(&published)?;
-        let mut doomed = expiry.doomed;
+        let mut metadata_files = Vec::new();
         // The log keeps the last `write.metadata.previous-versions-max`,
         // each with its `vN` link for path-based readers.
         let logged: HashSet<PathBuf> = published
@@ -401,14 +404,17 @@ impl RedbCatalog {
             .collect();
         let dir = local_path(next).parent().map(Path::to_path_buf);
         if let Some(Ok(entries)) = dir.map(std::fs::read_dir) {
-            doomed.extend(
+            metadata_files.extend(
                 entries
                     .filter_map(|e| e.ok().map(|e| e.path()))
                     .filter(|p| p.to_string_lossy().ends_with(".metadata.json"))
                     .filter(|p| !logged.contains(p)),
             );
         }
-        Ok(doomed)
+        Ok(Unlinked {
+            files: expiry.doomed,
+            metadata: metadata_files,
+        })
     }
 
     /// The manifest lists and manifests the snapshots `ids` reach.
@@ -452,6 +458,17 @@ impl RedbCatalog {
 pub(crate) struct Expiry {
     drop: Vec<i64>,
     doomed: Vec<PathBuf>,
+}
+
+/// What an expiry unlinked from its table.
+pub(crate) struct Unlinked {
+    /// Manifest lists, manifests and data files that only the dropped
+    /// snapshots named: a reader on one of those may still be reading them.
+    files: Vec<PathBuf>,
+    /// Metadata files the new version's log no longer names. A reader reads
+    /// a metadata file whole when it loads the table, so none is still
+    /// reading one; and kept, they would be listed again by every expiry.
+    metadata: Vec<PathBuf>,
 }
 
 #[derive(Default)]
