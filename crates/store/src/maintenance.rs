@@ -548,12 +548,19 @@ mod tests {
     /// A reader that loaded the table before its snapshot was expired (and
     /// its data files rewritten) still finds every file the snapshot names:
     /// the expiry retires them, and only `remove_retired` deletes them, once
-    /// they have been kept for `RETIRED_FOR`.
+    /// they have been kept for `RETIRED_FOR`. Metadata files are not kept:
+    /// a reader reads its whole when it loads the table.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn an_expired_snapshots_files_outlive_it_for_its_readers() {
         let tmp = tempfile::tempdir().unwrap();
         let (c, ns) = tables::test_catalog(tmp.path()).await;
-        c.create_table(&ns, tables::one_column("t")).await.unwrap();
+        let mut creation = tables::one_column("t");
+        let log = 2;
+        creation.properties.insert(
+            "write.metadata.previous-versions-max".into(),
+            log.to_string(),
+        );
+        c.create_table(&ns, creation).await.unwrap();
         let ident = TableIdent::new(ns, "t".into());
         append(&c, &ident, &[0]).await;
         let reader = c.load_table(&ident).await.unwrap();
@@ -578,6 +585,18 @@ mod tests {
         for p in &named {
             assert!(p.exists(), "{} was deleted under its reader", p.display());
         }
+        // Kept, the metadata files of some 70 versions would all be here;
+        // deleted at each expiry, the log's and those written since remain.
+        let dir = local_path(now.metadata_location().unwrap());
+        let metadata_files = std::fs::read_dir(dir.parent().unwrap())
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .filter(|n| n.ends_with(".metadata.json") && !n.starts_with('v'))
+            .count();
+        assert!(
+            metadata_files <= log + 1 + EXPIRE_AT,
+            "{metadata_files} metadata files"
+        );
         c.remove_retired(RETIRED_FOR).await.unwrap();
         assert!(named.iter().all(|p| p.exists()), "kept for RETIRED_FOR");
         c.remove_retired(Duration::ZERO).await.unwrap();
