@@ -475,8 +475,9 @@ fn live_meta(rows: Vec<MetaLogRow>, has_section: bool) -> Result<Metadata> {
 
 impl LiveArchive {
     /// Loads an archive from its tables, truncating the sidecar to the committed
-    /// end, rolling a half-finished meta commit forward, and laying out the
-    /// tables' path view again (a power cut can leave it a commit behind).
+    /// end, rolling a half-finished meta commit forward, laying out the
+    /// tables' path view again (a power cut can leave it a commit behind),
+    /// and retiring the files a crash left in the tables' directories.
     pub(crate) async fn open(
         catalog: &Backend,
         id: &str,
@@ -511,6 +512,17 @@ impl LiveArchive {
         let append_seq = summary_u64(&files, APPEND_SEQ_KEY)?;
         let meta = roll_forward(catalog, &files, meta).await?;
         roll_forward_packages(catalog, &files, &package_tables).await?;
+        if let Some(redb) = catalog.redb() {
+            // After the roll-forwards: what a crash left pending is committed
+            // by now, so what no snapshot names is an orphan.
+            let idents = package_tables.iter().map(|(_, ident)| ident);
+            for ident in [&files_ident, &meta_ident].into_iter().chain(idents) {
+                let swept = async { redb.sweep(&catalog.load_table(ident).await?).await };
+                if let Err(e) = swept.await {
+                    tracing::warn!("sweeping {ident} of what a crash left: {e}");
+                }
+            }
+        }
         let blob_end = summary_u64(&files, BLOB_END_KEY)?;
         let meta_snapshot_id = meta.metadata().current_snapshot_id();
         let all_rows = tables::file_rows(&tables::scan_all(&files).await?)?;

@@ -27,7 +27,8 @@
 //! the final commit of each job (a manifest list, a metadata file, a pointer
 //! swap) takes it, so an append waits for one small commit at most, never
 //! for a rewrite. The rows never change, so readers see the same table
-//! throughout, and a crash leaves the table as it was plus orphan files.
+//! throughout, and a crash leaves the table as it was plus orphan files,
+//! which the archive's next open retires ([`RedbCatalog::sweep`]).
 
 use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
@@ -389,32 +390,46 @@ impl RedbCatalog {
             .build()?
             .metadata;
         let published = self.publish(table, built.into(), Vec::new()).await?;
-        let next = metadata_location_of(&published)?;
-        let mut metadata_files = Vec::new();
-        // The log keeps the last `write.metadata.previous-versions-max`,
-        // each with its `vN` link for path-based readers.
-        let logged: HashSet<PathBuf> = published
-            .metadata()
-            .metadata_log()
-            .iter()
-            .map(|m| local_path(&m.metadata_file))
-            .chain([local_path(next)])
-            .flat_map(|p| [version_link(&p).map(|(link, _)| link), Some(p)])
-            .flatten()
-            .collect();
-        let dir = local_path(next).parent().map(Path::to_path_buf);
-        if let Some(Ok(entries)) = dir.map(std::fs::read_dir) {
-            metadata_files.extend(
-                entries
-                    .filter_map(|e| e.ok().map(|e| e.path()))
-                    .filter(|p| p.to_string_lossy().ends_with(".metadata.json"))
-                    .filter(|p| !logged.contains(p)),
-            );
-        }
         Ok(Unlinked {
             files: expiry.doomed,
-            metadata: metadata_files,
+            metadata: unlogged_metadata(&published)?,
         })
+    }
+
+    /// Retires what a crash left in `table`'s directory, which no snapshot
+    /// of the table names: the files of a commit whose pointer never moved,
+    /// those of a rewrite cut short, and those an expiry was keeping for
+    /// readers (a reader that planned before the crash may still be reading
+    /// them, hence retired, not deleted); and deletes the metadata files its
+    /// log no longer names. Returns how many files it retired.
+    ///
+    /// For an archive's open, before any change to it and any maintenance
+    /// of it can start: every file a change writes is named by its commit,
+    /// but not before, so a listing taken while one runs would take its
+    /// files for orphans. Only names iceberg-rust writes are looked at
+    /// (`*.parquet` below `data/`, `*.avro` in `metadata/`).
+    pub(crate) async fn sweep(&self, table: &Table) -> iceberg::Result<usize> {
+        let metadata = table.metadata();
+        let ids: Vec<i64> = metadata.snapshots().map(|s| s.snapshot_id()).collect();
+        let reach = self.reach(metadata, &ids).await?;
+        let data = self.data_files_of(reach.manifests.values()).await?;
+        let named: HashSet<PathBuf> = (reach.lists.iter())
+            .chain(reach.manifests.keys())
+            .chain(&data)
+            .map(|p| local_path(p))
+            .collect();
+        let root = local_path(metadata.location());
+        let orphans: Vec<PathBuf> = files_named(&root.join("data"), ".parquet")
+            .into_iter()
+            .chain(files_named(&root.join("metadata"), ".avro"))
+            .filter(|p| !named.contains(p))
+            .collect();
+        let swept = orphans.len();
+        if swept > 0 {
+            self.retire(orphans);
+        }
+        storage::remove(unlogged_metadata(table)?).await?;
+        Ok(swept)
     }
 
     /// The manifest lists and manifests the snapshots `ids` reach.
@@ -451,6 +466,46 @@ impl RedbCatalog {
         }
         Ok(files)
     }
+}
+
+/// The metadata files in `table`'s `metadata/` that its log no longer names.
+/// The log keeps the last `write.metadata.previous-versions-max`, each with
+/// its `vN` link for path-based readers.
+fn unlogged_metadata(table: &Table) -> iceberg::Result<Vec<PathBuf>> {
+    let current = local_path(metadata_location_of(table)?);
+    let logged: HashSet<PathBuf> = (table.metadata().metadata_log().iter())
+        .map(|m| local_path(&m.metadata_file))
+        .chain([current.clone()])
+        .flat_map(|p| [version_link(&p).map(|(link, _)| link), Some(p)])
+        .flatten()
+        .collect();
+    let dir = current.parent().unwrap_or(Path::new("."));
+    Ok(files_named(dir, ".metadata.json")
+        .into_iter()
+        .filter(|p| !logged.contains(p))
+        .collect())
+}
+
+/// The files below `dir` whose names end with `suffix`; none if it cannot
+/// be read (a table without data files has no `data/`).
+fn files_named(dir: &Path, suffix: &str) -> Vec<PathBuf> {
+    let mut found = Vec::new();
+    let mut dirs = vec![dir.to_path_buf()];
+    while let Some(dir) = dirs.pop() {
+        let Ok(entries) = std::fs::read_dir(&dir) else {
+            continue;
+        };
+        for entry in entries.flatten() {
+            match entry.file_type() {
+                Ok(t) if t.is_dir() => dirs.push(entry.path()),
+                Ok(t) if t.is_file() && entry.file_name().to_string_lossy().ends_with(suffix) => {
+                    found.push(entry.path())
+                }
+                _ => {}
+            }
+        }
+    }
+    found
 }
 
 /// An expiry chosen on one state of a table: the snapshots it drops and the
@@ -545,6 +600,37 @@ mod tests {
         out
     }
 
+    /// The data files, manifests and manifest lists in `table`'s directory
+    /// that none of its snapshots names.
+    async fn unnamed(c: &RedbCatalog, table: &Table) -> HashSet<PathBuf> {
+        let mut named = HashSet::new();
+        for snap in table.metadata().snapshots() {
+            named.insert(local_path(snap.manifest_list()));
+            for m in c
+                .manifest_list(table.metadata(), snap)
+                .await
+                .unwrap()
+                .iter()
+            {
+                named.insert(local_path(&m.manifest_path));
+                for e in c.manifest(m).await.unwrap().entries() {
+                    named.insert(local_path(e.data_file().file_path()));
+                }
+            }
+        }
+        let root = local_path(table.metadata().location());
+        let mut unnamed = HashSet::new();
+        for (dir, ext) in [("data", "parquet"), ("metadata", "avro")] {
+            for e in std::fs::read_dir(root.join(dir)).unwrap() {
+                let p = e.unwrap().path();
+                if p.extension().is_some_and(|x| x == ext) && !named.contains(&p) {
+                    unnamed.insert(p);
+                }
+            }
+        }
+        unnamed
+    }
+
     /// A reader that loaded the table before its snapshot was expired (and
     /// its data files rewritten) still finds every file the snapshot names:
     /// the expiry retires them, and only `remove_retired` deletes them, once
@@ -601,6 +687,53 @@ mod tests {
         assert!(named.iter().all(|p| p.exists()), "kept for RETIRED_FOR");
         c.remove_retired(Duration::ZERO).await.unwrap();
         assert!(named.iter().all(|p| !p.exists()));
+        let want: Vec<i64> = (0..=2 * EXPIRE_AT as i64).collect();
+        assert_eq!(values(&c, &ident).await, want);
+    }
+
+    /// What a crash leaves in a table's directory (the files an expiry was
+    /// keeping for readers, and a commit's data file whose pointer never
+    /// moved) is retired by the sweep of the next open, and nothing a
+    /// snapshot names, nor a file iceberg-rust did not write, goes with it.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_sweep_retires_what_a_crash_left_and_nothing_else() {
+        let tmp = tempfile::tempdir().unwrap();
+        let (c, ns) = tables::test_catalog(tmp.path()).await;
+        c.create_table(&ns, tables::one_column("t")).await.unwrap();
+        let ident = TableIdent::new(ns, "t".into());
+        append(&c, &ident, &[0]).await;
+        let expired = files_of(&c, &c.load_table(&ident).await.unwrap()).await;
+        let commit = Arc::new(Mutex::new(()));
+        for i in 1..=(2 * EXPIRE_AT as i64) {
+            append(&c, &ident, &[i]).await;
+            while maintain(&c, &ident, &commit).await.unwrap() {}
+        }
+        let table = c.load_table(&ident).await.unwrap();
+        let batch =
+            RecordBatch::try_from_iter([("n", Arc::new(Int64Array::from(vec![-1])) as _)]).unwrap();
+        let uncommitted = tables::write_data_file(&table, batch).await.unwrap();
+        let uncommitted = local_path(uncommitted[0].file_path());
+        let foreign = uncommitted.with_file_name("notes.txt");
+        std::fs::write(&foreign, "mine").unwrap();
+        // The crash: the catalog goes without deleting what it retired.
+        drop((c, table));
+        let c = RedbCatalog::open(&tmp.path().join("c.redb"), &tmp.path().join("w"))
+            .await
+            .unwrap();
+        let table = c.load_table(&ident).await.unwrap();
+        let orphans: Vec<&PathBuf> = expired.iter().chain([&uncommitted]).collect();
+        assert!(orphans.iter().all(|p| p.exists()));
+        // Every expiry of the run retired files: those are orphans too.
+        let left = unnamed(&c, &table).await;
+        assert!(orphans.iter().all(|p| left.contains(*p)));
+        assert_eq!(c.sweep(&table).await.unwrap(), left.len());
+        assert!(orphans.iter().all(|p| p.exists()), "retired, not deleted");
+        c.remove_retired(Duration::ZERO).await.unwrap();
+        for p in orphans {
+            assert!(!p.exists(), "{} is left", p.display());
+        }
+        assert!(unnamed(&c, &table).await.is_empty());
+        assert!(foreign.exists());
         let want: Vec<i64> = (0..=2 * EXPIRE_AT as i64).collect();
         assert_eq!(values(&c, &ident).await, want);
     }
