@@ -547,6 +547,7 @@ mod tests {
     use std::sync::Arc;
 
     use arrow_array::{Array, Int64Array};
+    use iceberg::spec::Snapshot;
     use iceberg::transaction::{ApplyTransactionAction, Transaction};
 
     async fn append(c: &RedbCatalog, ident: &TableIdent, values: &[i64]) {
@@ -582,9 +583,14 @@ mod tests {
         (rewrite, tables::write_batches(&table, rows).await.unwrap())
     }
 
-    /// Every file a snapshot names: its manifest list, manifests and data files.
+    /// Every file `table`'s current snapshot names: its manifest list,
+    /// manifests and data files.
     async fn files_of(c: &RedbCatalog, table: &Table) -> Vec<PathBuf> {
         let snap = table.metadata().current_snapshot().unwrap();
+        files_of_snapshot(c, table, snap).await
+    }
+
+    async fn files_of_snapshot(c: &RedbCatalog, table: &Table, snap: &Snapshot) -> Vec<PathBuf> {
         let mut out = vec![local_path(snap.manifest_list())];
         for m in c
             .manifest_list(table.metadata(), snap)
@@ -605,18 +611,7 @@ mod tests {
     async fn unnamed(c: &RedbCatalog, table: &Table) -> HashSet<PathBuf> {
         let mut named = HashSet::new();
         for snap in table.metadata().snapshots() {
-            named.insert(local_path(snap.manifest_list()));
-            for m in c
-                .manifest_list(table.metadata(), snap)
-                .await
-                .unwrap()
-                .iter()
-            {
-                named.insert(local_path(&m.manifest_path));
-                for e in c.manifest(m).await.unwrap().entries() {
-                    named.insert(local_path(e.data_file().file_path()));
-                }
-            }
+            named.extend(files_of_snapshot(c, table, snap).await);
         }
         let root = local_path(table.metadata().location());
         let mut unnamed = HashSet::new();
