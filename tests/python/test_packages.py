@@ -110,6 +110,18 @@ def test_the_cli_agrees(archive):
     none = subprocess.run([znippy_bin(), "packages", str(archive), "-w", "artifact_id=log4j-core"],
                           capture_output=True)
     assert none.returncode == 1 and none.stdout == b""
+    # A plugin or a column nobody has is a typo, not a query that matches
+    # nothing: it exits 3 and says what the names are.
+    typo = subprocess.run([znippy_bin(), "packages", str(archive), "-t", "mavne"],
+                          capture_output=True, text=True)
+    assert typo.returncode == 3 and typo.stdout == ""
+    assert "no plugin is named mavne (they are maven, python, npm, crate, deb)" in typo.stderr
+    typo = subprocess.run([znippy_bin(), "packages", str(archive), "-t", "npm",
+                           "-w", "artifact_id=guava"], capture_output=True, text=True)
+    assert typo.returncode == 3 and "npm has no column artifact_id (its columns: " in typo.stderr
+    typo = subprocess.run([znippy_bin(), "packages", str(archive), "-w", "artefact_id=guava"],
+                          capture_output=True, text=True)
+    assert typo.returncode == 3 and "no plugin has a column artefact_id" in typo.stderr
 
 
 def test_packages_of_a_published_archive_read_in_place(archive):

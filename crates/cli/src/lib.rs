@@ -21,16 +21,17 @@ pub mod progress;
 pub mod read;
 
 /// How a command ends: its exit code, or its error on stderr and 1 (3 for
-/// the `meta` commands, whose 1 and 2 are answers). A reader that stopped
-/// reading, as in `znippy list a.znippy | head`, is not an error: the
-/// command stops quietly with 0, as ripgrep does.
-pub fn exit(result: Result<ExitCode>, is_meta: bool) -> ExitCode {
+/// the commands whose 1 and 2 are answers, `meta` and `packages`:
+/// `answers`). A reader that stopped reading, as in `znippy list a.znippy |
+/// head`, is not an error: the command stops quietly with 0, as ripgrep
+/// does.
+pub fn exit(result: Result<ExitCode>, answers: bool) -> ExitCode {
     match result {
         Ok(code) => code,
         Err(e) if stopped_reading(&e) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("znippy: {}", message(&e));
-            ExitCode::from(if is_meta { 3 } else { 1 })
+            ExitCode::from(if answers { 3 } else { 1 })
         }
     }
 }

@@ -234,8 +234,8 @@ impl TreeArgs {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    let is_meta = matches!(cli.cmd, Cmd::Read(ReadCmd::Meta(_)));
-    znippy_cli::exit(run(cli.cmd), is_meta)
+    let answers = matches!(&cli.cmd, Cmd::Read(r) if r.answers_with_status());
+    znippy_cli::exit(run(cli.cmd), answers)
 }
 
 fn open(path: &Path) -> Result<Archive<File>> {

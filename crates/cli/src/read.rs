@@ -31,7 +31,8 @@ pub enum ReadCmd {
     /// 2 the archive has no metadata section, 3 error.
     Meta(MetaArgs),
     /// Print the package rows the plugins recorded (reads no blob). Exit
-    /// status: 0 rows printed, 1 none matched.
+    /// status: 0 rows printed, 1 none matched, 3 error (a plugin or a column
+    /// no plugin has is an error, not a query that matches nothing).
     Packages(PackagesArgs),
     /// Write the content the archive's signatures sign: one line naming
     /// its identity (reads the index only).
@@ -69,6 +70,12 @@ impl ReadCmd {
             ReadCmd::Identity(_) => "identity",
             ReadCmd::Signature(_) => "signature",
         }
+    }
+
+    /// Whether its exit status 1 is an answer (no match), so that an error
+    /// exits 3 ([`crate::exit`]).
+    pub fn answers_with_status(&self) -> bool {
+        matches!(self, ReadCmd::Meta(_) | ReadCmd::Packages(_))
     }
 
     /// Runs it on `a`.
@@ -205,6 +212,10 @@ fn packages<R: ReadAt>(a: &Archive<R>, args: &PackagesArgs) -> Result<ExitCode> 
         .map(|f| f.split_once('=').context("--where takes COL=VALUE"))
         .collect::<Result<_>>()?;
     let packages = a.packages()?;
+    let columns: Vec<&str> = filters.iter().map(|(col, _)| *col).collect();
+    packages
+        .check_query(&znippy_plugins::builtin(), args.kind.as_deref(), &columns)
+        .map_err(anyhow::Error::msg)?;
     let mut out = BufWriter::new(std::io::stdout().lock());
     let mut hits = 0u64;
     for ((_, repo), table, row) in packages.rows() {

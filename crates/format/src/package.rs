@@ -912,6 +912,61 @@ impl Packages {
         self.tables.retain(|_, t| !t.rows.is_empty());
     }
 
+    /// Checks a query's plugin name and columns against `plugins` (the ones
+    /// this build has) and the archive's own sections (one may be of a plugin
+    /// this build lacks): a name or a column neither knows is a typo, and
+    /// answering it with no rows would hide that. The error says what the
+    /// names are.
+    pub fn check_query(
+        &self,
+        plugins: &[Arc<dyn Plugin>],
+        kind: Option<&str>,
+        columns: &[&str],
+    ) -> std::result::Result<(), String> {
+        let known: Vec<(String, Vec<Column>)> = (plugins.iter())
+            .map(|p| (p.name().to_string(), p.columns()))
+            .chain(
+                self.tables
+                    .values()
+                    .map(|t| (t.name.clone(), t.columns.clone())),
+            )
+            .collect();
+        let mut names: Vec<&str> = Vec::new();
+        for (name, _) in &known {
+            if !names.contains(&name.as_str()) {
+                names.push(name);
+            }
+        }
+        if let Some(kind) = kind {
+            if !names.contains(&kind) {
+                return Err(format!(
+                    "no plugin is named {kind} (they are {})",
+                    names.join(", ")
+                ));
+            }
+        }
+        let queried = known.iter().filter(|(n, _)| kind.is_none_or(|k| k == n));
+        let mut have: Vec<&str> = queried
+            .flat_map(|(_, cols)| cols.iter().map(|c| c.name.as_str()))
+            .collect();
+        for col in columns {
+            if !have.contains(col) {
+                have.sort_unstable();
+                have.dedup();
+                return Err(match kind {
+                    Some(k) => {
+                        format!("{k} has no column {col} (its columns: {})", have.join(", "))
+                    }
+                    None => format!(
+                        "no plugin has a column {col} (the columns: {})",
+                        have.join(", ")
+                    ),
+                });
+            }
+        }
+        Ok(())
+    }
+
     /// The rows of every section, with their `(pkg_type, repo)`.
     pub fn rows(&self) -> impl Iterator<Item = (&(i8, String), &PackageTable, &PackageRow)> {
         self.tables
@@ -1407,5 +1462,39 @@ mod tests {
         let mut s = String::new();
         std::io::Read::read_to_string(&mut r, &mut s).unwrap();
         assert_eq!(s, "hello");
+    }
+
+    /// A query names a plugin and columns this build or the archive knows;
+    /// a section of a plugin the build lacks still answers for its own.
+    #[test]
+    fn a_query_is_checked_against_the_plugins_and_the_archive() {
+        let build: Vec<Arc<dyn Plugin>> = vec![Arc::new(Test {
+            name: "jar",
+            zip: |_| false,
+            follow: || None,
+        })];
+        let mut archive = Packages::default();
+        let theirs = PackageTable {
+            name: "wheel".into(),
+            columns: vec![Column::new("requires", ColumnType::StrList)],
+            rows: Vec::new(),
+        };
+        archive.tables.insert((2, String::new()), theirs);
+        let check = |kind, cols: &[&str]| archive.check_query(&build, kind, cols);
+        assert_eq!(check(Some("jar"), &[]), Ok(()));
+        assert_eq!(check(Some("wheel"), &["requires"]), Ok(()));
+        assert_eq!(check(None, &["requires"]), Ok(()));
+        assert_eq!(
+            check(Some("whl"), &[]),
+            Err("no plugin is named whl (they are jar, wheel)".into())
+        );
+        assert_eq!(
+            check(Some("jar"), &["requires"]),
+            Err("jar has no column requires (its columns: )".into())
+        );
+        assert_eq!(
+            check(None, &["require"]),
+            Err("no plugin has a column require (the columns: requires)".into())
+        );
     }
 }

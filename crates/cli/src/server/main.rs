@@ -67,14 +67,12 @@ enum Cmd {
 fn main() -> ExitCode {
     quiet_library_backtraces();
     let cli = Cli::parse();
-    let is_meta = matches!(
-        cli.cmd,
-        Cmd::Live {
-            cmd: live::LiveCmd::Meta { .. },
-            ..
-        } | Cmd::Read(ReadCmd::Meta(_))
-    );
-    znippy_cli::exit(run(cli.cmd), is_meta)
+    let answers = match &cli.cmd {
+        Cmd::Live { cmd, .. } => matches!(cmd, live::LiveCmd::Meta { .. }),
+        Cmd::Read(r) => r.answers_with_status(),
+        _ => false,
+    };
+    znippy_cli::exit(run(cli.cmd), answers)
 }
 
 /// With `RUST_BACKTRACE` set and `RUST_LIB_BACKTRACE` not, makes library
