@@ -312,7 +312,9 @@ fn get<R: ReadAt>(a: &Archive<R>, args: &GetArgs) -> Result<()> {
     match output {
         None => {
             let mut out = BufWriter::new(std::io::stdout().lock());
-            let e = a.read_entry(path, &mut out)?;
+            let e = a
+                .read_entry(path, &mut out)
+                .map_err(|e| not_a_file(a, path, e))?;
             out.flush()?;
             match e.kind()? {
                 Kind::File => {}
@@ -324,7 +326,9 @@ fn get<R: ReadAt>(a: &Archive<R>, args: &GetArgs) -> Result<()> {
         }
         Some(dest) => {
             let mut out = Output::create(dest)?;
-            let entry = a.read_entry(path, &mut out)?;
+            let entry = a
+                .read_entry(path, &mut out)
+                .map_err(|e| not_a_file(a, path, e))?;
             if entry.kind()? == Kind::Symlink {
                 // The link itself, as extraction makes it, its target read
                 // again with the cap on a link's length.
@@ -339,6 +343,21 @@ fn get<R: ReadAt>(a: &Archive<R>, args: &GetArgs) -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// `e`, unless it says `path` is not in the archive and the archive holds
+/// files below it: then that it is a directory, which `get` does not take.
+fn not_a_file<R: ReadAt>(a: &Archive<R>, path: &str, e: znippy_format::Error) -> anyhow::Error {
+    let below = format!("{}/", path.trim_end_matches('/'));
+    match e {
+        znippy_format::Error::NotFound(_) if a.entries(&below).is_ok_and(|e| !e.is_empty()) => {
+            anyhow::anyhow!(
+                "{path} is a directory in the archive; get takes a file \
+                 (`znippy list ARCHIVE --prefix {below}` lists what it holds)"
+            )
+        }
+        e => e.into(),
+    }
 }
 
 fn verify<R: ReadAt>(a: &Archive<R>, args: &VerifyArgs) -> Result<()> {

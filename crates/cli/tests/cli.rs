@@ -141,6 +141,15 @@ fn get_list_info_and_help() {
     let missing = znippy(&["get", s(&arc), "nope"]);
     assert_eq!(missing.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&missing.stderr).contains("no such file"));
+    // A directory is not "no such file": the error says what it is.
+    let dir = znippy(&["get", s(&arc), "dir", "-o", s(&tmp.path().join("d"))]);
+    assert_eq!(dir.status.code(), Some(1));
+    assert_eq!(
+        String::from_utf8_lossy(&dir.stderr),
+        "znippy: dir is a directory in the archive; get takes a file \
+         (`znippy list ARCHIVE --prefix dir/` lists what it holds)\n"
+    );
+    assert!(!tmp.path().join("d").exists() && !tmp.path().join("d.partial").exists());
     let long =
         String::from_utf8(ok(&["list", s(&arc), "--prefix", "dir/", "--long"]).stdout).unwrap();
     assert_eq!(
