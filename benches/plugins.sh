@@ -69,6 +69,9 @@ log "tree: $files packages, $bytes bytes"
 out=$BENCH_DIR/out.znippy
 run() { # run LABEL ARGS... : prints the wall seconds of one compress
     local t0 t1
+    # Each compress writes a new file: renaming over the last run's would
+    # time its eviction, and ext4's flush of a file renamed over another.
+    rm -f "$out"
     sync
     [[ $COLD == 1 ]] && echo 3 > /proc/sys/vm/drop_caches
     t0=$(date +%s.%N)
