@@ -349,7 +349,10 @@ fn check_rows(tail: &Tail<'_>, version: u32) -> Result<()> {
 /// consecutive rows in file order, as a `get` reads them from its first.
 /// The tail writer checks it, and the reader wherever it reads the rows whole.
 pub(crate) fn check_order(rows: &[SliceRow], version: u32) -> Result<()> {
-    let mut ended = std::collections::HashSet::new();
+    // While the paths rise from file to file, none that ended can come back,
+    // as every compress of a directory writes them; the set of the paths
+    // that ended is made only once they stop rising.
+    let mut ended: Option<std::collections::HashSet<&str>> = None;
     let mut last: Option<&SliceRow> = None;
     for (i, r) in rows.iter().enumerate() {
         let in_order = if version >= 4 {
@@ -366,8 +369,19 @@ pub(crate) fn check_order(rows: &[SliceRow], version: u32) -> Result<()> {
         if version >= 4 {
             match last {
                 Some(l) if l.relative_path != r.relative_path => {
-                    ended.insert(l.relative_path.as_str());
-                    if ended.contains(r.relative_path.as_str()) {
+                    let back = match &mut ended {
+                        None if r.relative_path > l.relative_path => false,
+                        None => {
+                            let set =
+                                (rows[..i].iter().map(|e| e.relative_path.as_str())).collect();
+                            ended.insert(set).contains(r.relative_path.as_str())
+                        }
+                        Some(set) => {
+                            set.insert(l.relative_path.as_str());
+                            set.contains(r.relative_path.as_str())
+                        }
+                    };
+                    if back {
                         return Err(Error::corrupt(format!(
                             "slices of {} are not consecutive rows",
                             r.relative_path

@@ -297,6 +297,22 @@ fn the_tail_writer_refuses_rows_a_get_could_not_follow() {
     };
     let good = [row("a", 0, 0), row("a", 1, 5), row("b", 2, 0)];
     assert!(write(&good).is_ok());
+    // Paths need not rise (an append adds what sorts before): only a file's
+    // slices must be together.
+    let unsorted = [
+        row("b", 0, 0),
+        row("a", 1, 0),
+        row("c", 2, 0),
+        row("c", 3, 5),
+    ];
+    assert!(write(&unsorted).is_ok());
+    let split_later = [
+        row("a", 0, 0),
+        row("c", 1, 0),
+        row("b", 2, 0),
+        row("c", 3, 5),
+    ];
+    assert!(matches!(write(&split_later), Err(Error::Corrupt(m)) if m.contains("slices of c")));
     for (what, rows) in [
         (
             "a gap in chunk_seq",
