@@ -313,6 +313,12 @@ fn the_tail_writer_refuses_rows_a_get_could_not_follow() {
         row("c", 3, 5),
     ];
     assert!(matches!(write(&split_later), Err(Error::Corrupt(m)) if m.contains("slices of c")));
+    // Slices in order that leave a gap in their file: no writer makes them,
+    // and a reader that reads the rows whole refuses them.
+    let gap = [row("a", 0, 0), row("a", 1, 10), row("b", 2, 0)];
+    let bytes = craft(&blob, &gap, small_props());
+    let a = Archive::open(bytes.as_slice()).unwrap();
+    assert!(matches!(a.verify(1), Err(Error::Corrupt(m)) if m.contains("do not tile")));
     for (what, rows) in [
         (
             "a gap in chunk_seq",
