@@ -143,12 +143,12 @@ pub fn check_twins<'a>(
 /// path; only a conflict pays for a search, to name the path below.
 pub(crate) struct Below<'a> {
     paths: Vec<&'a str>,
-    parents: HashSet<&'a str>,
+    parents: HashSet<&'a str, ahash::RandomState>,
 }
 
 impl<'a> Below<'a> {
     pub(crate) fn new(paths: Vec<&'a str>) -> Self {
-        let mut parents = HashSet::new();
+        let mut parents = HashSet::default();
         for path in &paths {
             let mut at = *path;
             // An ancestor already known has had its own ancestors added.

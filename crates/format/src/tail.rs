@@ -408,7 +408,8 @@ fn check_tail_nesting(rows: &[SliceRow]) -> Result<()> {
     // Each path once, in row order, so that the first conflict is the one
     // reported whatever the hash order.
     let mut entries: Vec<(&str, bool)> = Vec::with_capacity(rows.len());
-    let mut dirs: HashMap<&str, bool> = HashMap::with_capacity(rows.len());
+    let mut dirs: HashMap<&str, bool, ahash::RandomState> =
+        HashMap::with_capacity_and_hasher(rows.len(), Default::default());
     for r in rows {
         let dir = Kind::of(r.mode)? == Kind::Dir;
         if let Entry::Vacant(v) = dirs.entry(&r.relative_path) {
