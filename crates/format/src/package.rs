@@ -923,7 +923,8 @@ impl Packages {
         kind: Option<&str>,
         columns: &[&str],
     ) -> std::result::Result<(), String> {
-        let known: Vec<(String, Vec<Column>)> = (plugins.iter())
+        let known: Vec<(String, Vec<Column>)> = plugins
+            .iter()
             .map(|p| (p.name().to_string(), p.columns()))
             .chain(
                 self.tables

@@ -372,8 +372,7 @@ pub(crate) fn check_order(rows: &[SliceRow], version: u32) -> Result<()> {
                     let back = match &mut ended {
                         None if r.relative_path > l.relative_path => false,
                         None => {
-                            let set =
-                                (rows[..i].iter().map(|e| e.relative_path.as_str())).collect();
+                            let set = rows[..i].iter().map(|e| e.relative_path.as_str()).collect();
                             ended.insert(set).contains(r.relative_path.as_str())
                         }
                         Some(set) => {

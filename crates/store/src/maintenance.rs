@@ -413,7 +413,9 @@ impl RedbCatalog {
         let ids: Vec<i64> = metadata.snapshots().map(|s| s.snapshot_id()).collect();
         let reach = self.reach(metadata, &ids).await?;
         let data = self.data_files_of(reach.manifests.values()).await?;
-        let named: HashSet<PathBuf> = (reach.lists.iter())
+        let named: HashSet<PathBuf> = reach
+            .lists
+            .iter()
             .chain(reach.manifests.keys())
             .chain(&data)
             .map(|p| local_path(p))
@@ -473,7 +475,10 @@ impl RedbCatalog {
 /// its `vN` link for path-based readers.
 fn unlogged_metadata(table: &Table) -> iceberg::Result<Vec<PathBuf>> {
     let current = local_path(metadata_location_of(table)?);
-    let logged: HashSet<PathBuf> = (table.metadata().metadata_log().iter())
+    let logged: HashSet<PathBuf> = table
+        .metadata()
+        .metadata_log()
+        .iter()
         .map(|m| local_path(&m.metadata_file))
         .chain([current.clone()])
         .flat_map(|p| [version_link(&p).map(|(link, _)| link), Some(p)])
