@@ -9,7 +9,7 @@ use serde_json::{Map, Value as Json_};
 use utoipa::{IntoParams, ToSchema};
 use znippy_format::Value;
 
-use crate::error::{ApiError, ErrorCode};
+use crate::error::ApiError;
 use crate::extract::{ApiPath, ApiQuery};
 use crate::openapi::{self, ArchiveId};
 use crate::AppState;
@@ -18,8 +18,7 @@ use crate::AppState;
 #[serde(deny_unknown_fields)]
 #[into_params(parameter_in = Query)]
 pub(crate) struct PackagesQuery {
-    /// Only this plugin's rows: maven, python, npm, crate or deb (another
-    /// name is 400 bad_query, unless one of the archive's tables has it).
+    /// Only this plugin's rows: maven, python, npm, crate or deb.
     #[serde(rename = "type")]
     #[param(rename = "type")]
     kind: Option<String>,
@@ -94,9 +93,6 @@ pub(crate) async fn list(
 ) -> Result<Json<PackageList>, ApiError> {
     let limit = crate::page_size(q.limit)?;
     let packages = app.store.packages(&id).await?;
-    packages
-        .check_query(app.store.plugins(), q.kind.as_deref(), &[])
-        .map_err(|m| ApiError::bad_request(ErrorCode::BadQuery, format!("type: {m}")))?;
     let mut rows: Vec<PackageRow> = Vec::new();
     let mut matched = 0usize;
     for ((pkg_type, repo), table, row) in packages.rows() {

@@ -1284,11 +1284,6 @@ impl Store {
         Ok(self.catalog.load_table(&ident).await?)
     }
 
-    /// The plugins this store's archives may be created with.
-    pub fn plugins(&self) -> &[Arc<dyn Plugin>] {
-        &self.plugins
-    }
-
     /// The current package rows of archive `id`: what its plugins read
     /// from its live files, by `(pkg_type, repo)`. Read from the package
     /// tables (one scan each), as a seal writes them.
