@@ -85,7 +85,8 @@ enum Cmd {
 #[derive(Args)]
 struct CompressArgs {
     /// Directory to archive; its files are stored relative to it, in byte
-    /// order of their paths.
+    /// order of their paths. A file is stored alone, under the path as
+    /// given (relative, as `append` takes files).
     #[arg(required_unless_present = "tar", conflicts_with = "tar")]
     dir: Option<PathBuf>,
     /// Read the files from a tar archive instead ('-' for standard input),
@@ -328,7 +329,11 @@ fn compress(args: CompressArgs) -> Result<()> {
                 exclude: Some(out.id()?),
                 ..tree.options()
             };
-            walk_batch(dir, opts, &bar)
+            if dir.is_file() {
+                files_batch(gather(std::slice::from_ref(dir), opts)?)
+            } else {
+                walk_batch(dir, opts, &bar)
+            }
         }
         (None, None) => bail!("give a directory or --tar"),
     };

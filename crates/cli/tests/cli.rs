@@ -192,6 +192,28 @@ fn get_list_info_and_help() {
         "{err}"
     );
 
+    // One file is an archive of one file, under the path given.
+    let one = tmp.path().join("one.znippy");
+    let out = Command::new(env!("CARGO_BIN_EXE_znippy"))
+        .current_dir(&src)
+        .args(["compress", "dir/run.sh", "-o", s(&one)])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let long = String::from_utf8(ok(&["list", s(&one), "--long"]).stdout).unwrap();
+    assert_eq!(long, "-0755           18 dir/run.sh\n");
+    assert_eq!(
+        ok(&["get", s(&one), "dir/run.sh"]).stdout,
+        b"#!/bin/sh\necho hi\n"
+    );
+    let absolute = znippy(&["compress", s(&src.join("a.txt")), "-o", s(&one)]);
+    assert_eq!(absolute.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&absolute.stderr).contains("give a relative path"));
+
     // An error says each of its causes once, and leaves no partial archive.
     let gone = tmp.path().join("gone");
     let out = znippy(&["compress", s(&gone), "-o", s(&tmp.path().join("g.znippy"))]);
