@@ -14,7 +14,17 @@ fn znippy(args: &[&str]) -> Output {
 }
 
 fn ok(args: &[&str]) -> Output {
-    let out = znippy(args);
+    ok_in(Path::new("."), args)
+}
+
+/// `znippy args` run in `dir` (relative paths are taken from there), which
+/// must succeed.
+fn ok_in(dir: &Path, args: &[&str]) -> Output {
+    let out = Command::new(env!("CARGO_BIN_EXE_znippy"))
+        .current_dir(dir)
+        .args(args)
+        .output()
+        .expect("run znippy");
     assert!(
         out.status.success(),
         "znippy {args:?} failed: {}",
@@ -194,16 +204,7 @@ fn get_list_info_and_help() {
 
     // One file is an archive of one file, under the path given.
     let one = tmp.path().join("one.znippy");
-    let out = Command::new(env!("CARGO_BIN_EXE_znippy"))
-        .current_dir(&src)
-        .args(["compress", "dir/run.sh", "-o", s(&one)])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    ok_in(&src, &["compress", "dir/run.sh", "-o", s(&one)]);
     let long = String::from_utf8(ok(&["list", s(&one), "--long"]).stdout).unwrap();
     assert_eq!(long, "-0755           18 dir/run.sh\n");
     assert_eq!(
@@ -440,16 +441,7 @@ fn append_replaces_adds_and_keeps_metadata() {
     std::fs::write(more.join("new.txt"), b"new").unwrap();
     let single = tmp.path().join("single.txt");
     std::fs::write(&single, b"one file").unwrap();
-    let out = Command::new(env!("CARGO_BIN_EXE_znippy"))
-        .current_dir(tmp.path())
-        .args(["append", s(&arc), s(&more), "single.txt"])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    ok_in(tmp.path(), &["append", s(&arc), s(&more), "single.txt"]);
     let list = String::from_utf8(ok(&["list", s(&arc)]).stdout).unwrap();
     assert_eq!(
         list.lines().collect::<Vec<_>>(),
