@@ -566,6 +566,17 @@ mod tests {
         action.apply(tx).unwrap().commit(c).await.unwrap();
     }
 
+    /// Appends `1..=n`, one commit each, every one followed by maintenance
+    /// until it finds nothing due: expiries and rewrites as under a stream
+    /// of appends.
+    async fn append_maintained(c: &RedbCatalog, ident: &TableIdent, n: i64) {
+        let commit = Arc::new(Mutex::new(()));
+        for i in 1..=n {
+            append(c, ident, &[i]).await;
+            while maintain(c, ident, &commit).await.unwrap() {}
+        }
+    }
+
     async fn values(c: &RedbCatalog, ident: &TableIdent) -> Vec<i64> {
         let table = c.load_table(ident).await.unwrap();
         let mut out: Vec<i64> = tables::scan_all(&table)
@@ -651,11 +662,7 @@ mod tests {
         append(&c, &ident, &[0]).await;
         let reader = c.load_table(&ident).await.unwrap();
         let named = files_of(&c, &reader).await;
-        let commit = Arc::new(Mutex::new(()));
-        for i in 1..=(2 * EXPIRE_AT as i64) {
-            append(&c, &ident, &[i]).await;
-            while maintain(&c, &ident, &commit).await.unwrap() {}
-        }
+        append_maintained(&c, &ident, 2 * EXPIRE_AT as i64).await;
         let now = c.load_table(&ident).await.unwrap();
         let reader_snap = reader.metadata().current_snapshot_id();
         assert!(
@@ -703,11 +710,7 @@ mod tests {
         let ident = TableIdent::new(ns, "t".into());
         append(&c, &ident, &[0]).await;
         let expired = files_of(&c, &c.load_table(&ident).await.unwrap()).await;
-        let commit = Arc::new(Mutex::new(()));
-        for i in 1..=(2 * EXPIRE_AT as i64) {
-            append(&c, &ident, &[i]).await;
-            while maintain(&c, &ident, &commit).await.unwrap() {}
-        }
+        append_maintained(&c, &ident, 2 * EXPIRE_AT as i64).await;
         let table = c.load_table(&ident).await.unwrap();
         let batch =
             RecordBatch::try_from_iter([("n", Arc::new(Int64Array::from(vec![-1])) as _)]).unwrap();
