@@ -670,7 +670,14 @@ pub struct Store {
     /// The data directory, when there is one.
     dir: Option<PathBuf>,
     threads: usize,
-    open: Mutex<HashMap<String, Arc<Slot>>>,
+    open: Arc<Mutex<HashMap<String, Arc<Slot>>>>,
+    /// Held through every create and drop. Each is several catalog steps,
+    /// and a create that met a drop halfway would take the namespace the
+    /// drop was emptying for one a create left unfinished, and remake its
+    /// tables under the drop (which then failed on a namespace not empty,
+    /// with the old archive still open). Creates and drops are rare; one
+    /// lock for all ids keeps them simple.
+    lifecycle: Arc<Mutex<()>>,
     scratches: Arc<file::ScratchPool>,
     budget: budget::Budget,
     /// The changes running on tasks of their own (see [`Store::run_to_end`]).
@@ -753,7 +760,8 @@ impl Store {
             catalog,
             dir,
             threads,
-            open: Mutex::new(HashMap::new()),
+            open: Arc::default(),
+            lifecycle: Arc::default(),
             scratches: Arc::default(),
             budget: budget::Budget::new(opts.engine_memory, threads),
             changes: TaskTracker::new(),
@@ -805,6 +813,7 @@ impl Store {
         if let Err(e @ StoreError::OverBudget { .. }) = self.budget.check(bound) {
             return Err(znippy_format::Error::Property(e.to_string()).into());
         }
+        let _lifecycle = self.lifecycle.lock().await;
         let ns = Self::ns(id);
         let plugins: &[Arc<dyn Plugin>] = match opts.plugins {
             true => &self.plugins,
@@ -974,39 +983,49 @@ impl Store {
         })
     }
 
-    /// Drops the archive: its tables, namespace and sidecar.
+    /// Drops the archive: its tables, namespace and sidecar. Like a change,
+    /// it runs to its end even if the returned future is dropped: stopped
+    /// between two tables, it would leave an archive no read can open.
     pub async fn drop_archive(&self, id: &str) -> Result<()> {
+        let lifecycle = Arc::clone(&self.lifecycle).lock_owned().await;
         let slot = self.slot(id).await?;
-        let _writer = slot.writer.lock().await;
-        slot.flush(&self.catalog).await;
-        let _maintenance = slot.maintenance.lock().await;
-        let mut a = slot.state.lock().await;
-        if a.dropped {
-            return Err(StoreError::NoArchive(id.to_string()));
-        }
-        let ns = Self::ns(id);
-        let packages = a
-            .package_names
-            .iter()
-            .map(|n| TableIdent::new(ns.clone(), n.clone()));
-        for t in [a.files_ident.clone(), a.meta_ident.clone()]
-            .into_iter()
-            .chain(packages)
-        {
-            self.catalog.purge_table(&t).await?;
-        }
-        self.catalog.drop_namespace(&ns).await?;
-        // The tables that named the blobs are gone: what a failure here
-        // leaves is garbage, not a half-dropped archive.
-        if let Err(e) = a.blobs.remove().await {
-            tracing::warn!("{id}: removing the blobs of a dropped archive: {e}");
-        }
-        if let Some(SealedAt::File(path)) = a.sealed.as_ref().map(|s| &s.at) {
-            let _ = std::fs::remove_file(path);
-        }
-        a.dropped = true;
-        self.open.lock().await.remove(id);
-        Ok(())
+        let catalog = self.catalog.clone();
+        let open = Arc::clone(&self.open);
+        let id = id.to_string();
+        self.run_to_end(async move {
+            let _lifecycle = lifecycle;
+            let _writer = slot.writer.lock().await;
+            slot.flush(&catalog).await;
+            let _maintenance = slot.maintenance.lock().await;
+            let mut a = slot.state.lock().await;
+            if a.dropped {
+                return Err(StoreError::NoArchive(id));
+            }
+            let ns = Self::ns(&id);
+            let packages = a
+                .package_names
+                .iter()
+                .map(|n| TableIdent::new(ns.clone(), n.clone()));
+            for t in [a.files_ident.clone(), a.meta_ident.clone()]
+                .into_iter()
+                .chain(packages)
+            {
+                catalog.purge_table(&t).await?;
+            }
+            catalog.drop_namespace(&ns).await?;
+            // The tables that named the blobs are gone: what a failure here
+            // leaves is garbage, not a half-dropped archive.
+            if let Err(e) = a.blobs.remove().await {
+                tracing::warn!("{id}: removing the blobs of a dropped archive: {e}");
+            }
+            if let Some(SealedAt::File(path)) = a.sealed.as_ref().map(|s| &s.at) {
+                let _ = std::fs::remove_file(path);
+            }
+            a.dropped = true;
+            open.lock().await.remove(&id);
+            Ok(())
+        })
+        .await
     }
 
     /// Appends one batch of files (and metadata). Appends to one archive write

@@ -696,6 +696,60 @@ async fn dropping_an_archive_removes_its_tables_and_sidecar() {
     );
 }
 
+/// A drop and a create of the same id at once happen one after the other:
+/// either the drop, then a new empty archive, or a create refused as
+/// existing, then the drop. Before creates and drops took one lock, the
+/// create remade the tables the drop was purging and answered with the old
+/// archive, and the drop failed on a namespace not empty.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_drop_and_a_create_of_one_id_at_once_happen_in_turn() {
+    let tmp = tempfile::tempdir().unwrap();
+    let store = Store::open(tmp.path(), 1).await.unwrap();
+    let mut expected = Vec::new();
+    for round in 0..8 {
+        let id = format!("r{round}");
+        create(&store, &id, false).await;
+        store
+            .append(&id, vec![file("old", b"old")], None)
+            .await
+            .unwrap();
+        let again = CreateOptions {
+            props: ArchiveProps {
+                level: 9,
+                ..props()
+            },
+            ..Default::default()
+        };
+        let (dropped, created) = tokio::join!(store.drop_archive(&id), store.create(&id, again));
+        dropped.unwrap();
+        match created {
+            Ok(info) => {
+                assert_eq!((info.files, info.props.level), (0, 9), "{id}: {info:?}");
+                expected.push((id.clone(), true));
+            }
+            Err(StoreError::Exists(_)) => {
+                assert!(matches!(
+                    store.info(&id).await,
+                    Err(StoreError::NoArchive(_))
+                ));
+                expected.push((id.clone(), false));
+            }
+            Err(e) => panic!("{id}: {e}"),
+        }
+        let mut out = Vec::new();
+        assert!(store.read_file(&id, "old", &mut out).await.is_err(), "{id}");
+    }
+    drop(store);
+    let store = Store::open(tmp.path(), 1).await.unwrap();
+    for (id, exists) in expected {
+        match store.info(&id).await {
+            Ok(info) => assert!(exists && info.files == 0, "{id}: {info:?}"),
+            Err(StoreError::NoArchive(_)) => assert!(!exists, "{id} is gone"),
+            Err(e) => panic!("{id}: {e}"),
+        }
+    }
+}
+
 /// The data files and manifests `scan` of the current snapshot reads.
 async fn table_files(store: &Store, id: &str, table: TableKind) -> (usize, usize, usize) {
     use futures::TryStreamExt;
