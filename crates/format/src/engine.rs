@@ -539,12 +539,15 @@ impl<'scope> Producer<'_, 'scope, '_> {
     }
 
     /// A hard link: `path` gets the slices of the file whose rows are `span`,
-    /// as dedupe would give them, without a byte read.
+    /// as dedupe would give them, without a byte read. Its mode is the
+    /// linked file's, which it shares an inode with: a tar's hard link to
+    /// a symbolic link is a symbolic link, whatever its own header says.
     fn link(&mut self, path: &str, mode: Option<u32>, span: Range<usize>) {
         self.stats.files += 1;
         for i in span {
             let r = &self.rows[i];
             let (offset, size, loc, checksum) = (r.fdata_offset, r.size, r.loc, r.checksum);
+            let mode = r.mode.or(mode);
             self.stats.deduped_slices += 1;
             self.push_row(path, mode, offset, size, loc, checksum);
         }

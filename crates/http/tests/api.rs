@@ -982,7 +982,8 @@ async fn media_types_are_case_insensitive() {
 
 /// A tar upload keeps links and empty directories as entries: a link answers
 /// with its target in a header and no body (nothing is followed), a hard link
-/// is a copy, the listing says what each entry is.
+/// is a copy of what it links, mode and all (so a hard link to a symlink is
+/// a symlink), the listing says what each entry is.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tar_links_and_empty_directories_are_entries() {
     let s = Server::start(|_| {}).await;
@@ -997,6 +998,7 @@ async fn tar_links_and_empty_directories_are_entries() {
     for (kind, name, target) in [
         (tar::EntryType::Symlink, "d/abs", "/etc/pass wd%"),
         (tar::EntryType::Link, "d/hard", "d/real"),
+        (tar::EntryType::Link, "d/hard-abs", "d/abs"),
     ] {
         let mut h = tar::Header::new_gnu();
         h.set_size(0);
@@ -1016,20 +1018,22 @@ async fn tar_links_and_empty_directories_are_entries() {
         .send()
         .await
         .unwrap();
-    assert_eq!(json(r, StatusCode::OK).await["files"], 4);
+    assert_eq!(json(r, StatusCode::OK).await["files"], 5);
 
-    let r = c
-        .get(s.url("/archives/t/files/d/abs"))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), StatusCode::OK);
-    assert_eq!(r.headers()["x-znippy-type"], "symlink");
-    assert_eq!(r.headers()["x-znippy-link-target"], "/etc/pass%20wd%25");
-    assert!(
-        r.bytes().await.unwrap().is_empty(),
-        "no body: nothing followed"
-    );
+    for link in ["d/abs", "d/hard-abs"] {
+        let r = c
+            .get(s.url(&format!("/archives/t/files/{link}")))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), StatusCode::OK);
+        assert_eq!(r.headers()["x-znippy-type"], "symlink", "{link}");
+        assert_eq!(r.headers()["x-znippy-link-target"], "/etc/pass%20wd%25");
+        assert!(
+            r.bytes().await.unwrap().is_empty(),
+            "no body: nothing followed"
+        );
+    }
     assert_eq!(get(&c, &s, "t", "d/hard").await, b"bytes");
     let r = c
         .get(s.url("/archives/t/files/empty"))
@@ -1056,7 +1060,8 @@ async fn tar_links_and_empty_directories_are_entries() {
         kinds,
         [
             ("d/abs".into(), "symlink".into(), 0o777),
-            ("d/hard".into(), "file".into(), 0o777),
+            ("d/hard".into(), "file".into(), 0o644),
+            ("d/hard-abs".into(), "symlink".into(), 0o777),
             ("d/real".into(), "file".into(), 0o644),
             ("empty".into(), "dir".into(), 0o700),
         ]
