@@ -111,9 +111,10 @@ error_codes! {
     StorageUnavailable => "storage_unavailable",
     /// An append whose engine bound exceeds the whole engine memory (503).
     OverBudget => "over_budget",
-    /// An append queued behind a group commit that failed, or a large read
-    /// that found no stream free: nothing was done, and the same request may
-    /// be sent again (503).
+    /// An append queued behind a group commit that failed or that found the
+    /// engine memory taken for the body timeout, or a large read that found
+    /// no stream free: nothing was done, and the same request may be sent
+    /// again (503).
     Retry => "retry",
     /// The disk or quota is full (507).
     NoSpace => "no_space",
@@ -330,7 +331,7 @@ fn store_error(e: &StoreError, msg: String) -> ApiError {
     match e {
         // A group commit's failure answers each of its appends as itself.
         StoreError::Commit(cause) => store_error(cause, msg),
-        StoreError::QueueFailed => {
+        StoreError::QueueFailed | StoreError::MemoryBusy(_) => {
             ApiError::new(StatusCode::SERVICE_UNAVAILABLE, ErrorCode::Retry, msg)
         }
         StoreError::NoArchive(_) => ApiError::new(StatusCode::NOT_FOUND, ErrorCode::NoArchive, msg),

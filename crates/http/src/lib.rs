@@ -339,6 +339,7 @@ pub async fn serve_on(
         threads: config.threads,
         engine_memory: config.engine_memory,
         plugins: znippy_plugins::builtin(),
+        budget_wait: config.body_timeout,
     };
     let store = match &config.remote {
         None => Store::open_with(&config.data, opts).await?,

@@ -184,8 +184,8 @@ error_response! {
         (default 30 s); nothing was appended.";
     OverBudget = "unavailable: the blob file changed under the service; over_budget: an append \
         to this archive needs more engine memory than the service's whole --engine-memory; \
-        retry: the append was queued behind a group commit that failed, send it again. Nothing \
-        committed.";
+        retry: the append was queued behind a group commit that failed, or found the engine \
+        memory taken by other appends for --body-timeout; send it again. Nothing committed.";
     Busy = "retry: the body is over 4 MiB, and 64 such bodies were streaming for all of \
         --body-timeout; send it again.";
 }

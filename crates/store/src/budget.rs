@@ -5,12 +5,14 @@
 //! large: a level-22 archive with 64 MiB chunks costs over a GiB on two
 //! workers. Each append therefore takes its bound from this budget before its
 //! engine starts and gives it back when it ends; appends that do not fit wait
-//! for others to finish instead of allocating past it. An archive whose one
-//! append could never fit is refused when it is created.
+//! for others to finish instead of allocating past it, for a while, and are
+//! then refused (to be sent again). An archive whose one append could never
+//! fit is refused when it is created.
 //!
 //! [`Engine::memory_bound`]: znippy_format::Engine::memory_bound
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use znippy_format::{ArchiveProps, Engine};
@@ -25,15 +27,17 @@ pub(crate) struct Budget {
     bytes: u64,
     workers: usize,
     permits: Arc<Semaphore>,
+    wait: Duration,
 }
 
 impl Budget {
-    pub(crate) fn new(bytes: u64, workers: usize) -> Self {
+    pub(crate) fn new(bytes: u64, workers: usize, wait: Duration) -> Self {
         let units = (bytes / UNIT).min(u64::from(u32::MAX));
         Budget {
             bytes: units * UNIT,
             workers,
             permits: Arc::new(Semaphore::new(units as usize)),
+            wait,
         }
     }
 
@@ -59,13 +63,18 @@ impl Budget {
         Ok(bytes.div_ceil(UNIT) as u32)
     }
 
-    /// Waits until an append bounded by `bytes` fits, and holds its share
-    /// until the permit is dropped.
+    /// Waits, up to the budget's wait, until an append bounded by `bytes` fits, and
+    /// holds its share until the permit is dropped. The wait is bounded
+    /// because an upload holds its share while its body arrives: a few slow
+    /// ones must not stall every other archive's appends for good.
     pub(crate) async fn take(&self, bytes: u64) -> Result<OwnedSemaphorePermit> {
         let units = self.check(bytes)?;
-        Arc::clone(&self.permits)
-            .acquire_many_owned(units)
-            .await
-            .map_err(|_| StoreError::Task("the memory budget was closed".into()))
+        let permit = Arc::clone(&self.permits).acquire_many_owned(units);
+        match tokio::time::timeout(self.wait, permit).await {
+            Ok(permit) => {
+                permit.map_err(|_| StoreError::Task("the memory budget was closed".into()))
+            }
+            Err(_) => Err(StoreError::MemoryBusy(self.wait)),
+        }
     }
 }

@@ -91,6 +91,15 @@ pub enum StoreError {
     /// change (or the next open) completes.
     #[error(transparent)]
     Commit(std::sync::Arc<StoreError>),
+    /// The engine memory stayed taken by appends in flight (to any archive)
+    /// for as long as an append may wait for its share
+    /// ([`StoreOptions::budget_wait`](crate::StoreOptions::budget_wait));
+    /// nothing was read or committed. Retry it.
+    #[error(
+        "the engine memory was taken by other appends in flight for {0:?}; nothing was \
+         committed, retry it"
+    )]
+    MemoryBusy(std::time::Duration),
     /// An append queued after a group whose commit failed: its blobs were
     /// written after theirs, so it is dropped with them. Retry it.
     #[error(

@@ -380,6 +380,10 @@ pub struct StoreOptions {
     /// The package plugins archives created with [`CreateOptions::plugins`]
     /// run (none by default; the service passes the built-in ones).
     pub plugins: Vec<Arc<dyn Plugin>>,
+    /// How long an append waits for its share of [`Self::engine_memory`]
+    /// before it is refused with [`StoreError::MemoryBusy`] (30 s by
+    /// default; the service passes its `--body-timeout`).
+    pub budget_wait: std::time::Duration,
 }
 
 impl std::fmt::Debug for StoreOptions {
@@ -387,6 +391,7 @@ impl std::fmt::Debug for StoreOptions {
         f.debug_struct("StoreOptions")
             .field("threads", &self.threads)
             .field("engine_memory", &self.engine_memory)
+            .field("budget_wait", &self.budget_wait)
             .field(
                 "plugins",
                 &self.plugins.iter().map(|p| p.name()).collect::<Vec<_>>(),
@@ -404,6 +409,7 @@ impl StoreOptions {
             threads,
             engine_memory: (1 << 30).max(8 * default_append),
             plugins: Vec::new(),
+            budget_wait: std::time::Duration::from_secs(30),
         }
     }
 }
@@ -763,7 +769,7 @@ impl Store {
             open: Arc::default(),
             lifecycle: Arc::default(),
             scratches: Arc::default(),
-            budget: budget::Budget::new(opts.engine_memory, threads),
+            budget: budget::Budget::new(opts.engine_memory, threads, opts.budget_wait),
             changes: TaskTracker::new(),
             plugins: opts.plugins,
         })
@@ -1038,7 +1044,10 @@ impl Store {
         files: Vec<InputFile>,
         meta: Option<MetaTable>,
     ) -> Result<AppendReceipt> {
-        self.append_stream(id, files.into_iter().map(Ok), async { Ok(meta) })
+        // A batch of facts alone compresses nothing: it takes no engine memory.
+        let compresses = !files.is_empty();
+        let files = files.into_iter().map(Ok);
+        self.append_with(id, files, async { Ok(meta) }, compresses)
             .await
     }
 
@@ -1059,6 +1068,23 @@ impl Store {
         I::IntoIter: Send,
         M: std::future::Future<Output = Result<Option<MetaTable>, Abandoned>> + Send + 'static,
     {
+        self.append_with(id, files, meta, true).await
+    }
+
+    /// [`Store::append_stream`], taking the archive's share of the engine
+    /// memory if the batch `compresses` files.
+    async fn append_with<I, M>(
+        &self,
+        id: &str,
+        files: I,
+        meta: M,
+        compresses: bool,
+    ) -> Result<AppendReceipt>
+    where
+        I: IntoIterator<Item = znippy_format::Result<InputFile>> + Send + 'static,
+        I::IntoIter: Send,
+        M: std::future::Future<Output = Result<Option<MetaTable>, Abandoned>> + Send + 'static,
+    {
         let slot = self.slot(id).await?;
         let catalog = self.catalog.clone();
         let budget = self.budget.clone();
@@ -1066,7 +1092,10 @@ impl Store {
         self.run_to_end(async move {
             let queued = {
                 let _writer = slot.writer.lock().await;
-                let _memory = budget.take(slot.engine_bound).await?;
+                let _memory = match compresses {
+                    true => Some(budget.take(slot.engine_bound).await?),
+                    false => None,
+                };
                 let pending = {
                     let mut state = slot.state.lock().await;
                     // On a shared catalog the append starts where the other

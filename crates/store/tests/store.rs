@@ -951,7 +951,9 @@ async fn many_appends_keep_the_tables_compact() {
 
 /// Appends share one engine-memory budget: an archive whose one append could
 /// never fit is refused at creation, and an append that does not fit beside
-/// another waits for it (its input is not even pulled) instead of allocating.
+/// another waits for it (its input is not even pulled) instead of allocating,
+/// up to `budget_wait`, then is refused to be sent again. A batch of facts
+/// alone takes no share: it goes ahead while the budget is taken.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn appends_wait_for_the_engine_memory_budget() {
     use std::sync::atomic::{AtomicBool, Ordering};
@@ -962,6 +964,7 @@ async fn appends_wait_for_the_engine_memory_budget() {
     let one = Engine::memory_bound(props(), 2);
     let opts = StoreOptions {
         engine_memory: one + one / 2,
+        budget_wait: std::time::Duration::from_secs(2),
         ..StoreOptions::new(2)
     };
     let store = Arc::new(Store::open_with(tmp.path(), opts).await.unwrap());
@@ -1017,6 +1020,42 @@ async fn appends_wait_for_the_engine_memory_budget() {
     b.await.unwrap().unwrap();
     assert!(b_pulled.load(Ordering::SeqCst));
     assert_eq!(read(&store, "b", "b.txt").await, b"b");
+
+    // `a` holds the budget again, past `b`'s patience.
+    let (release, held) = std::sync::mpsc::channel::<()>();
+    let a_input = std::iter::once_with(move || {
+        let _ = held.recv();
+        Ok(file("a2.txt", b"a"))
+    });
+    let s = store.clone();
+    let a = tokio::spawn(async move { s.append_stream("a", a_input, async { Ok(None) }).await });
+    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    let mut facts = MetaTable::new();
+    facts.set(Some("b.txt"), "k", MetaValue::I64(1)).unwrap();
+    store.append("b", Vec::new(), Some(facts)).await.unwrap();
+    let pulled = Arc::new(AtomicBool::new(false));
+    let b_pulled = pulled.clone();
+    let b_input = std::iter::once_with(move || {
+        pulled.store(true, Ordering::SeqCst);
+        Ok(file("b2.txt", b"b"))
+    });
+    let refused = store.append_stream("b", b_input, async { Ok(None) }).await;
+    assert!(
+        matches!(refused, Err(StoreError::MemoryBusy(_))),
+        "{refused:?}"
+    );
+    assert!(
+        !b_pulled.load(Ordering::SeqCst),
+        "a refused input is not read"
+    );
+    release.send(()).unwrap();
+    a.await.unwrap().unwrap();
+    let MetaSearch::Hits(hits) = store.meta_by_key("b", "k").await.unwrap() else {
+        panic!("the facts were not committed");
+    };
+    assert_eq!(hits.len(), 1);
+    let mut out = Vec::new();
+    assert!(store.read_file("b", "b2.txt", &mut out).await.is_err());
 }
 
 /// The path view (`version-hint.text`, `vN.metadata.json`) is derived from
