@@ -8,6 +8,7 @@ use axum::body::Body;
 use axum::extract::State;
 use axum::Json;
 use serde::{Deserialize, Serialize};
+use serde_json::value::RawValue;
 use serde_json::{json, Value};
 use utoipa::openapi::schema::{AllOfBuilder, ObjectBuilder, OneOfBuilder, Schema};
 use utoipa::openapi::RefOr;
@@ -211,10 +212,11 @@ pub(crate) struct Fact {
     /// The file the fact is about; absent for the archive itself.
     path: Option<String>,
     key: String,
-    /// A JSON string, integer, number or boolean; an explicit `null` is kept
-    /// (and refused), not read as an absent value.
+    /// A JSON string, integer, number or boolean, as written: an integer
+    /// past i64 is refused, where parsed it would be a float. An explicit
+    /// `null` is kept (and refused), not read as an absent value.
     #[serde(default, deserialize_with = "present")]
-    value: Option<Value>,
+    value: Option<Box<RawValue>>,
     /// A bytes value, in hex.
     bytes_hex: Option<String>,
 }
@@ -275,21 +277,24 @@ pub(crate) struct FactsSet {
     snapshot_id: i64,
 }
 
-fn present<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Value>, D::Error> {
-    Value::deserialize(d).map(Some)
+fn present<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Box<RawValue>>, D::Error> {
+    Box::<RawValue>::deserialize(d).map(Some)
 }
 
 fn typed(f: &Fact) -> Result<MetaValue, ApiError> {
     let bad = |m: &str| ApiError::bad_request(ErrorCode::BadMeta, format!("fact {:?}: {m}", f.key));
     match (&f.value, &f.bytes_hex) {
-        (Some(v), None) => match v {
-            Value::String(s) => Ok(MetaValue::Str(s.clone())),
-            Value::Bool(b) => Ok(MetaValue::Bool(*b)),
-            Value::Number(n) => match (n.as_i64(), n.as_f64()) {
-                (Some(i), _) => Ok(MetaValue::I64(i)),
-                (None, Some(x)) if n.is_f64() => Ok(MetaValue::F64(x)),
-                _ => Err(bad("integer out of the i64 range")),
-            },
+        (Some(raw), None) => match serde_json::from_str(raw.get()) {
+            Ok(Value::String(s)) => Ok(MetaValue::Str(s)),
+            Ok(Value::Bool(b)) => Ok(MetaValue::Bool(b)),
+            Ok(Value::Number(n)) => {
+                let integer = raw.get().bytes().all(|b| b == b'-' || b.is_ascii_digit());
+                match (n.as_i64(), n.as_f64()) {
+                    (Some(i), _) => Ok(MetaValue::I64(i)),
+                    (None, Some(x)) if !integer => Ok(MetaValue::F64(x)),
+                    _ => Err(bad("integer out of the i64 range")),
+                }
+            }
             _ => Err(bad("a value is a string, a number or a boolean")),
         },
         (None, Some(h)) => unhex(h)

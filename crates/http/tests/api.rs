@@ -190,6 +190,8 @@ async fn uploads_reads_and_seal() {
         .json(&json!({ "set": [
             { "path": "bin/tool", "key": "exec", "value": true },
             { "key": "ratio", "value": 0.5 },
+            { "key": "big", "value": 1e19 },
+            { "key": "min", "value": i64::MIN },
             { "path": "bin/tool", "key": "sig", "bytes_hex": "00ff" },
         ]}))
         .send()
@@ -213,6 +215,12 @@ async fn uploads_reads_and_seal() {
     assert_eq!(find("exec")["type"], "bool");
     assert_eq!(find("lines")["value"], 12);
     assert_eq!(find("ratio")["type"], "f64");
+    assert_eq!(
+        (find("big")["type"].clone(), find("big")["value"].as_f64()),
+        ("f64".into(), Some(1e19))
+    );
+    assert_eq!(find("min")["type"], "i64");
+    assert_eq!(find("min")["value"], i64::MIN);
     assert_eq!(find("sig")["value"], "00ff");
     assert_eq!(find("owner")["path"], serde_json::Value::Null);
 

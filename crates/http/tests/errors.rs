@@ -406,6 +406,32 @@ async fn malformed_requests_change_nothing() {
             code: "bad_meta",
         },
         Case {
+            name: "meta: an integer under i64, which JSON parsers read as a float",
+            req: c
+                .put(u("/archives/a/meta"))
+                .header("content-type", "application/json")
+                .body(r#"{"set": [{"key": "k", "value": -9223372036854775809}]}"#),
+            status: StatusCode::BAD_REQUEST,
+            code: "bad_meta",
+        },
+        Case {
+            name: "meta: an integer past u64",
+            req: c
+                .put(u("/archives/a/meta"))
+                .header("content-type", "application/json")
+                .body(r#"{"set": [{"key": "k", "value": 18446744073709551616}]}"#),
+            status: StatusCode::BAD_REQUEST,
+            code: "bad_meta",
+        },
+        Case {
+            name: "meta: an integer past i64",
+            req: c
+                .put(u("/archives/a/meta"))
+                .json(&json!({"set": [{"key": "k", "value": 9223372036854775808u64}]})),
+            status: StatusCode::BAD_REQUEST,
+            code: "bad_meta",
+        },
+        Case {
             name: "meta: bad hex",
             req: c
                 .put(u("/archives/a/meta"))
