@@ -11,7 +11,7 @@ use znippy_format::{ArchiveProps, ReadAt};
 use znippy_store::{CreateOptions, OpenSealed, State as ArchiveState, StoreError};
 
 use crate::error::{ApiError, ErrorCode};
-use crate::extract::ApiPath;
+use crate::extract::{ApiPath, ApiQuery, NoQuery};
 use crate::openapi::{self, archive_id, ArchiveId, RangeHeaders};
 use crate::ranged::{self, Ranged};
 use crate::{hex, read_json, AppState, Memo};
@@ -170,12 +170,16 @@ pub(crate) async fn create(State(app): State<AppState>, body: Body) -> Result<Re
     security((), ("bearer" = [])),
     responses(
         (status = 200, description = "Every archive, live and sealed.", body = ArchiveList),
+        (status = 400, response = openapi::QueryRejected),
         (status = 401, response = openapi::Unauthorized),
         (status = 403, response = openapi::Forbidden),
         (status = 500, response = openapi::Internal),
     ),
 )]
-pub(crate) async fn list(State(app): State<AppState>) -> Result<Json<ArchiveList>, ApiError> {
+pub(crate) async fn list(
+    State(app): State<AppState>,
+    _: ApiQuery<NoQuery>,
+) -> Result<Json<ArchiveList>, ApiError> {
     let mut archives = Vec::new();
     for id in app.store.list().await? {
         match app.store.info(&id).await {
@@ -280,6 +284,7 @@ pub(crate) struct History {
 pub(crate) async fn history(
     State(app): State<AppState>,
     ApiPath(id): ApiPath<String>,
+    _: ApiQuery<NoQuery>,
 ) -> Result<Json<History>, ApiError> {
     let changes = app
         .store

@@ -41,3 +41,9 @@ where
             .map_err(|e| ApiError::bad_request(ErrorCode::BadQuery, e.body_text()))
     }
 }
+
+/// The query of a route that takes none: any parameter is 400 `bad_query`,
+/// so that a `limit` the route does not know is not silently ignored.
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct NoQuery {}

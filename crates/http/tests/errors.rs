@@ -392,6 +392,18 @@ async fn malformed_requests_change_nothing() {
             code: "bad_query",
         },
         Case {
+            name: "list archives: a parameter it takes none of",
+            req: c.get(u("/archives?limit=1")),
+            status: StatusCode::BAD_REQUEST,
+            code: "bad_query",
+        },
+        Case {
+            name: "history: a parameter it takes none of",
+            req: c.get(u("/archives/a/history?after=x")),
+            status: StatusCode::BAD_REQUEST,
+            code: "bad_query",
+        },
+        Case {
             name: "meta: both key and prefix",
             req: c.get(u("/archives/a/meta?key=a&prefix=b")),
             status: StatusCode::BAD_REQUEST,
