@@ -75,7 +75,13 @@ fn wanted(headers: &HeaderMap, len: u64, etag: &str) -> Wanted {
             return Wanted::Whole;
         }
     }
-    let Some(spec) = spec.trim().strip_prefix("bytes=") else {
+    // The unit is case-insensitive (RFC 9110, 14.1).
+    let spec = spec.trim();
+    let Some(spec) = spec
+        .get(..6)
+        .filter(|unit| unit.eq_ignore_ascii_case("bytes="))
+        .map(|_| &spec[6..])
+    else {
         return Wanted::Whole;
     };
     if spec.contains(',') {
@@ -86,7 +92,7 @@ fn wanted(headers: &HeaderMap, len: u64, etag: &str) -> Wanted {
     };
     let (a, b) = (a.trim(), b.trim());
     let range = if a.is_empty() {
-        match b.parse::<u64>() {
+        match position(b) {
             Ok(0) => return Wanted::Unsatisfiable,
             // Satisfiable (RFC 9110, 14.1.1), yet no Content-Range can name
             // zero bytes: the empty representation is sent whole.
@@ -95,13 +101,13 @@ fn wanted(headers: &HeaderMap, len: u64, etag: &str) -> Wanted {
             Err(_) => return Wanted::Whole,
         }
     } else {
-        let Ok(start) = a.parse::<u64>() else {
+        let Ok(start) = position(a) else {
             return Wanted::Whole;
         };
         let end = if b.is_empty() {
             len
         } else {
-            match b.parse::<u64>() {
+            match position(b) {
                 Ok(last) if last >= start => last.saturating_add(1).min(len),
                 _ => return Wanted::Whole,
             }
@@ -112,6 +118,17 @@ fn wanted(headers: &HeaderMap, len: u64, etag: &str) -> Wanted {
         Wanted::Unsatisfiable
     } else {
         Wanted::Part(range)
+    }
+}
+
+/// A byte position: digits, and past `u64` the largest, as no file holds
+/// that many bytes (so `bytes=99999999999999999999-` is past the end, as
+/// `bytes=18446744073709551615-` is, not a header to ignore).
+fn position(digits: &str) -> Result<u64, ()> {
+    match digits.parse::<u64>() {
+        Ok(n) => Ok(n),
+        Err(_) if !digits.is_empty() && digits.bytes().all(|b| b.is_ascii_digit()) => Ok(u64::MAX),
+        Err(_) => Err(()),
     }
 }
 
