@@ -14,7 +14,8 @@
 //! * a directory that holds no other entry of the stream, after every other
 //!   entry, in stream order (one that holds entries comes back as their
 //!   parent); global pax headers are skipped;
-//! * devices and FIFOs are refused with an error naming the entry.
+//! * devices, FIFOs, GNU sparse files and unknown entry types are refused
+//!   with an error naming the entry and what it is.
 //!
 //! The HTTP service's tar uploads and the CLI's `compress --tar` /
 //! `append --tar` read through this one reader, so a tar stream gives the same
@@ -263,12 +264,17 @@ impl TarEntries {
                     Source::Reader(Box::new(TarEntry(Arc::clone(shared)))),
                 )
             } else {
+                let what = match kind.as_byte() {
+                    b'3' | b'4' => "a device, which is not archived".to_string(),
+                    b'6' => "a FIFO, which is not archived".to_string(),
+                    b'S' => "a GNU sparse file, which is not read: write the tar without \
+                             --sparse"
+                        .to_string(),
+                    t => format!("a tar entry of type {:?}, which is not read", t as char),
+                };
                 return Err(Error::Input {
                     path: name.clone(),
-                    reason: format!(
-                        "tar entry of type {:?}: devices and FIFOs are not archived",
-                        kind.as_byte() as char
-                    ),
+                    reason: what,
                 });
             };
             if !kind.is_file() && !kind.is_contiguous() {
@@ -323,6 +329,38 @@ impl Iterator for TarEntries {
                 self.done = true;
                 self.empty = Some(Vec::new().into_iter());
                 Some(Err(e))
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// An entry the reader does not take is refused by what it is: a tar
+    /// made with `--sparse` says how to write one that is read.
+    #[test]
+    fn entries_not_read_say_what_they_are() {
+        for (kind, says) in [
+            (tar::EntryType::Char, "a device"),
+            (tar::EntryType::Fifo, "a FIFO"),
+            (tar::EntryType::GNUSparse, "without --sparse"),
+            (tar::EntryType::new(b'V'), "of type 'V'"),
+        ] {
+            let mut b = tar::Builder::new(Vec::new());
+            let mut h = tar::Header::new_gnu();
+            h.set_entry_type(kind);
+            h.set_size(0);
+            b.append_data(&mut h, "e", io::empty()).unwrap();
+            let bytes = b.into_inner().unwrap();
+            let mut entries = TarEntries::new(Box::new(io::Cursor::new(bytes)));
+            match entries.next() {
+                Some(Err(Error::Input { path, reason })) => {
+                    assert_eq!(path, "e");
+                    assert!(reason.contains(says), "{kind:?}: {reason}");
+                }
+                other => panic!("{kind:?}: {other:?}"),
             }
         }
     }
