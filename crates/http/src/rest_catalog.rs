@@ -188,8 +188,8 @@ impl Paging {
 
 /// Iceberg REST: list namespaces (one per archive)
 ///
-/// Paged as the REST spec says when pageSize is given; a parent lists nothing (archives are one
-/// level deep).
+/// Paged as the REST spec says when pageSize is given; an archive as the parent lists nothing
+/// (archives are one level deep), and a parent that is no archive is 404.
 #[utoipa::path(
     get, path = "/namespaces", tag = "iceberg", operation_id = "icebergListNamespaces",
     params(ListParams),
@@ -199,6 +199,7 @@ impl Paging {
         (status = 400, response = openapi::RestBadRequest),
         (status = 401, response = openapi::RestUnauthorized),
         (status = 403, response = openapi::RestForbidden),
+        (status = 404, response = openapi::RestNotFound),
         (status = 500, response = openapi::RestInternal),
     ),
 )]
@@ -208,9 +209,15 @@ async fn namespaces(
 ) -> Result<Json<ListNamespaceResponse>, RestError> {
     let paging = Paging::from_query(q)?;
     // Archives are one level deep: nothing lives below one.
-    let ids = match paging.parent.as_ref().is_some_and(|p| !p.is_empty()) {
-        true => Vec::new(),
-        false => app.store.list().await.map_err(internal)?,
+    let ids = match paging.parent.as_deref().filter(|p| !p.is_empty()) {
+        Some(parent) => {
+            app.store
+                .namespace_properties(parent)
+                .await
+                .map_err(rest_error(parent))?;
+            Vec::new()
+        }
+        None => app.store.list().await.map_err(internal)?,
     };
     let (page, next) = paging.page(&ids);
     Ok(Json(ListNamespaceResponse {

@@ -781,6 +781,13 @@ async fn rest_catalog_pages_and_names_what_is_missing() {
     .await;
     assert_eq!(v["identifiers"][0]["name"], "files");
     assert_eq!(v["next-page-token"], "files");
+    // Archives are one level deep: below one there is nothing.
+    let v = json(
+        c.get(rest("namespaces?parent=a")).send().await.unwrap(),
+        StatusCode::OK,
+    )
+    .await;
+    assert_eq!(v["namespaces"], serde_json::json!([]));
     for q in [
         "namespaces?pageSize=0",
         "namespaces?pageSize=Infinity&parent=p",
@@ -818,6 +825,11 @@ async fn rest_catalog_pages_and_names_what_is_missing() {
         ),
         (
             "namespaces/nope/tables",
+            StatusCode::NOT_FOUND,
+            "NoSuchNamespaceException",
+        ),
+        (
+            "namespaces?parent=nope",
             StatusCode::NOT_FOUND,
             "NoSuchNamespaceException",
         ),
