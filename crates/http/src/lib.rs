@@ -9,7 +9,8 @@
 //! - **Streaming uploads** (`upload.rs`, `multipart.rs`, `body.rs`): multipart, tar and
 //!   raw bodies are fed to the compression engine as they arrive, file by
 //!   file, through a bounded channel; no upload is ever held in memory whole.
-//!   A body that ends early fails the batch, which then commits nothing.
+//!   A body that ends early fails the batch, which then commits nothing. A
+//!   transfer coding other than `chunked` is refused (`codings.rs`).
 //! - **Reads with Range and ETag** (`files.rs`, `ranged.rs`): a file's rows
 //!   are taken under the archive's state lock, its bytes read after it, only
 //!   the slices a range touches, each verified; large bodies stream, each
@@ -39,6 +40,7 @@
 mod archives;
 mod auth;
 mod body;
+mod codings;
 mod console;
 mod error;
 mod extract;
@@ -256,6 +258,7 @@ pub fn router(store: Arc<Store>, config: Config) -> Router {
             state.clone(),
             paced::pace,
         ))
+        .layer(axum::middleware::from_fn(codings::only_chunked))
         .layer(axum::middleware::from_fn(unread_body::close_if_unread))
         .layer(axum::middleware::from_fn_with_state(
             state.clone(),

@@ -577,6 +577,29 @@ async fn malformed_requests_change_nothing() {
         );
         assert_eq!(state(&c, &s).await, before, "{target} changed the archive");
     }
+    // A transfer coding hyper would pass through undecoded: the body would
+    // be stored still gzip'd, as if it were the file.
+    {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let addr = s.base.trim_start_matches("http://");
+        let mut conn = tokio::net::TcpStream::connect(addr).await.unwrap();
+        let req = format!(
+            "PUT /archives/a/files/coded HTTP/1.1\r\nHost: {addr}\r\n\
+             Transfer-Encoding: gzip, chunked\r\nConnection: close\r\n\r\n\
+             5\r\nhello\r\n0\r\n\r\n"
+        );
+        conn.write_all(req.as_bytes()).await.unwrap();
+        let mut resp = Vec::new();
+        let _ = conn.read_to_end(&mut resp).await;
+        let resp = String::from_utf8_lossy(&resp);
+        assert!(resp.starts_with("HTTP/1.1 501"), "{resp}");
+        assert!(resp.contains("unsupported"), "{resp}");
+        assert_eq!(
+            state(&c, &s).await,
+            before,
+            "a gzip'd body changed the archive"
+        );
+    }
     // And the archive still takes a good append afterwards.
     put(&c, &s, "a", "after.txt", text(5, 100)).await;
     assert_eq!(get(&c, &s, "a", "keep/two.txt").await, text(2, 700_000));
