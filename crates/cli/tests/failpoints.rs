@@ -348,6 +348,63 @@ async fn live_create_namespace_created() {
     }
 }
 
+/// A drop that dies after purging `files` has dropped the archive: no read
+/// opens it, and a create of the id clears what the drop left (the `meta`
+/// table's facts among it) and makes a new, empty archive with its own
+/// properties, not the dropped one's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn live_drop_table_purged() {
+    let tmp = tempfile::tempdir().unwrap();
+    let shadow = tmp.path().join("shadow");
+    for (crash, root) in [
+        (Crash::Process, tmp.path().join("process")),
+        (power(&shadow), tmp.path().join("power")),
+    ] {
+        let data = root.join("data");
+        let (b0, _) = batch(&root, 0);
+        ok_in(crash, &live(&data, &["create", "a", "--level", "5"]));
+        ok_in(
+            crash,
+            &live(&data, &["append", "a", s(&b0), "--meta", "x0=old=1"]),
+        );
+        die_at(
+            crash,
+            "store.drop-table-purged",
+            &live(&data, &["drop", "a"]),
+        );
+        crash.aftermath(&data);
+        {
+            let store = Store::open(&data, 1).await.unwrap();
+            assert!(
+                matches!(store.info("a").await, Err(StoreError::NoArchive(_))),
+                "a half-dropped archive is no archive"
+            );
+            store.close().await;
+        }
+        ok(&live(&data, &["create", "a", "--level", "9"]));
+        let (b1, files) = batch(&root, 1);
+        ok(&live(&data, &["append", "a", s(&b1)]));
+        let store = Store::open(&data, 1).await.unwrap();
+        let info = store.info("a").await.unwrap();
+        assert_eq!((info.files, info.props.level), (2, 9), "{info:?}");
+        for (path, want) in &files {
+            assert_eq!(&read(&store, path).await.unwrap(), want, "{path}");
+        }
+        assert!(
+            read(&store, "x0").await.is_err(),
+            "the dropped files stay dropped"
+        );
+        assert!(
+            !matches!(
+                store.meta_by_key("a", "old").await.unwrap(),
+                MetaSearch::Hits(_)
+            ),
+            "the dropped archive's facts are gone"
+        );
+        store.close().await;
+    }
+}
+
 /// Builds live archive `a` in `data` from batches 0 and 1, with batch 0's
 /// small file deleted when `dead` (so the seal re-packs).
 fn live_for_seal(crash: Crash, data: &Path, root: &Path, dead: bool) {

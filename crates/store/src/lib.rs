@@ -839,12 +839,28 @@ impl Store {
             props.insert(P_PLUGINS.to_string(), names.join(","));
             props.insert(P_REPO.to_string(), opts.repo.clone());
         }
-        // The namespace first, then its tables: an archive is whole once
-        // both tables exist. A create that died between the steps (or one
-        // still running) left a namespace without them, which no read opens
-        // (`slot`), and which creating the id again completes.
-        let resumed = match self.catalog.create_namespace(&ns, props).await {
-            Err(e) if e.kind() == ErrorKind::NamespaceAlreadyExists => true,
+        // The namespace first, then its tables, `files` first: an archive is
+        // whole once they all exist, and a namespace without `files` holds
+        // none, which no read opens (`slot`). A create that died after
+        // `files` is resumed as it was recorded. A namespace without `files`
+        // is what a create left before it, or a drop after its first table
+        // (`drop_archive`): what is left in it belongs to no archive, so it
+        // is purged and the namespace made again with these properties.
+        let resumed = match self.catalog.create_namespace(&ns, props.clone()).await {
+            Err(e) if e.kind() == ErrorKind::NamespaceAlreadyExists => {
+                let files = TableIdent::new(ns.clone(), tables::FILES.to_string());
+                match self.catalog.table_exists(&files).await? {
+                    true => true,
+                    false => {
+                        for t in self.catalog.list_tables(&ns).await? {
+                            self.catalog.purge_table(&t).await?;
+                        }
+                        self.catalog.drop_namespace(&ns).await?;
+                        self.catalog.create_namespace(&ns, props).await?;
+                        false
+                    }
+                }
+            }
             r => {
                 r?;
                 false
@@ -1012,11 +1028,15 @@ impl Store {
                 .package_names
                 .iter()
                 .map(|n| TableIdent::new(ns.clone(), n.clone()));
+            // `files` first: a namespace without it holds no archive, so a
+            // drop that stops after it has dropped the archive, and a create
+            // of the id clears what it left (see `create`).
             for t in [a.files_ident.clone(), a.meta_ident.clone()]
                 .into_iter()
                 .chain(packages)
             {
                 catalog.purge_table(&t).await?;
+                znippy_format::failpoint("store.drop-table-purged");
             }
             catalog.drop_namespace(&ns).await?;
             // The tables that named the blobs are gone: what a failure here

@@ -35,6 +35,8 @@ pub enum LiveCmd {
         #[arg(long)]
         no_plugins: bool,
     },
+    /// Drop an archive: its tables, namespace and blobs.
+    Drop { id: String },
     /// List archives.
     Archives,
     /// Show an archive's state as JSON-like lines.
@@ -198,6 +200,10 @@ async fn command(store: &Store, cmd: LiveCmd) -> Result<std::process::ExitCode> 
             // Streamed slice by slice (each verified before it is written),
             // never held whole: the file may be larger than memory.
             store.read_file(&id, &path, &mut out).await?;
+        }
+        LiveCmd::Drop { id } => {
+            store.drop_archive(&id).await?;
+            writeln!(out, "dropped {id}")?;
         }
         LiveCmd::Rm { id, path } => {
             store.delete_file(&id, &path).await?;
