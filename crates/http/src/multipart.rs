@@ -89,9 +89,25 @@ pub(crate) async fn drive_multipart(
             continue;
         }
         let name = field.name().unwrap_or_default().to_string();
+        let starred = field
+            .headers()
+            .get(axum::http::header::CONTENT_DISPOSITION)
+            .is_some_and(|d| {
+                d.as_bytes()
+                    .windows(9)
+                    .any(|w| w.eq_ignore_ascii_case(b"filename*"))
+            });
         let about_file = match name.as_str() {
             "meta" => true,
             "meta-archive" => false,
+            _ if starred => return Err(ApiError::bad_request(
+                ErrorCode::BadField,
+                format!(
+                    "form field {name:?} names its file in filename*, which multipart/form-data \
+                         does not use (RFC 7578, 4.2): give the path, in UTF-8, as filename"
+                ),
+            )
+            .into()),
             _ => {
                 return Err(ApiError::bad_request(
                     ErrorCode::BadField,

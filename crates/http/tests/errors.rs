@@ -577,6 +577,31 @@ async fn malformed_requests_change_nothing() {
         );
         assert_eq!(state(&c, &s).await, before, "{target} changed the archive");
     }
+    // RFC 5987's filename*, which multipart/form-data does not use (RFC 7578):
+    // refused with what to send instead, not as a part with no filename.
+    let r = c
+        .post(u("/archives/a/files"))
+        .header("content-type", "multipart/form-data; boundary=XyZ")
+        .body(
+            "--XyZ\r\nContent-Disposition: form-data; name=\"f\"; filename*=UTF-8''%C3%A9.txt\r\n\
+             \r\nx\r\n--XyZ--\r\n",
+        )
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::BAD_REQUEST);
+    let v: Value = r.json().await.unwrap();
+    assert_eq!(v["error"]["code"], "bad_field");
+    let said = v["error"]["message"].as_str().unwrap();
+    assert!(
+        said.contains("filename*") && said.contains("as filename"),
+        "{said}"
+    );
+    assert_eq!(
+        state(&c, &s).await,
+        before,
+        "a filename* part changed the archive"
+    );
     // A transfer coding hyper would pass through undecoded: the body would
     // be stored still gzip'd, as if it were the file.
     {
