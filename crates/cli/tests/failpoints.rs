@@ -303,6 +303,16 @@ async fn live_append_meta_committed() {
     live_append_dies_at("store.meta-committed", true).await;
 }
 
+/// Opens the store in `data` and checks that `a` is no archive there.
+async fn assert_no_archive(data: &Path, why: &str) {
+    let store = Store::open(data, 1).await.unwrap();
+    assert!(
+        matches!(store.info("a").await, Err(StoreError::NoArchive(_))),
+        "{why}"
+    );
+    store.close().await;
+}
+
 /// A create that dies between its namespace and its tables leaves no
 /// archive any read opens; creating the id again completes it, and it takes
 /// appends.
@@ -323,14 +333,7 @@ async fn live_create_namespace_created() {
             &live(&data, &["create", "a"]),
         );
         crash.aftermath(&data);
-        {
-            let store = Store::open(&data, 1).await.unwrap();
-            assert!(
-                matches!(store.info("a").await, Err(StoreError::NoArchive(_))),
-                "a half-made archive is no archive"
-            );
-            store.close().await;
-        }
+        assert_no_archive(&data, "a half-made archive is no archive").await;
         ok(&live(&data, &["create", "a"]));
         let (b0, files) = batch(&root, 0);
         ok(&live(&data, &["append", "a", s(&b0)]));
@@ -373,14 +376,7 @@ async fn live_drop_table_purged() {
             &live(&data, &["drop", "a"]),
         );
         crash.aftermath(&data);
-        {
-            let store = Store::open(&data, 1).await.unwrap();
-            assert!(
-                matches!(store.info("a").await, Err(StoreError::NoArchive(_))),
-                "a half-dropped archive is no archive"
-            );
-            store.close().await;
-        }
+        assert_no_archive(&data, "a half-dropped archive is no archive").await;
         ok(&live(&data, &["create", "a", "--level", "9"]));
         let (b1, files) = batch(&root, 1);
         ok(&live(&data, &["append", "a", s(&b1)]));

@@ -100,14 +100,16 @@ pub(crate) async fn drive_multipart(
         let about_file = match name.as_str() {
             "meta" => true,
             "meta-archive" => false,
-            _ if starred => return Err(ApiError::bad_request(
-                ErrorCode::BadField,
-                format!(
+            _ if starred => {
+                return Err(ApiError::bad_request(
+                    ErrorCode::BadField,
+                    format!(
                     "form field {name:?} names its file in filename*, which multipart/form-data \
                          does not use (RFC 7578, 4.2): give the path, in UTF-8, as filename"
                 ),
-            )
-            .into()),
+                )
+                .into())
+            }
             _ => {
                 return Err(ApiError::bad_request(
                     ErrorCode::BadField,
