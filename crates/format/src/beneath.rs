@@ -103,6 +103,15 @@ impl Beneath {
         }
     }
 
+    /// Removes the file `rel`, if it is there.
+    pub fn remove(&self, rel: &str) -> io::Result<()> {
+        let (dir, name) = self.parent(rel)?;
+        match unlinkat(&dir, name, AtFlags::empty()) {
+            Err(rustix::io::Errno::NOENT) => Ok(()),
+            r => Ok(r?),
+        }
+    }
+
     /// Sets the permission bits of the directory `rel`.
     pub fn chmod_dir(&self, rel: &str, mode: u32) -> io::Result<()> {
         let dir = self.dir(rel)?;

@@ -9,12 +9,15 @@
 //! never following a link ([`Beneath`]); an entry that lies below a link or a
 //! file of the archive is refused before anything is written; and links are
 //! made last, once every file is in place. Directory permissions are set last
-//! too, so a read-only directory does not stop what goes in it.
+//! too, so a read-only directory does not stop what goes in it. An extraction
+//! that fails (a damaged slice) removes the files it left short, so that none
+//! looks whole with a hole in it.
 
 use std::collections::HashMap;
 use std::fs::{self, Permissions};
 use std::os::unix::fs::{FileExt, PermissionsExt};
 use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::beneath::Beneath;
 use crate::error::{Error, Result};
@@ -149,6 +152,14 @@ pub fn extract_all_with<R: ReadAt>(
         })
         .cloned()
         .collect();
+    // Slices written into each file of several, so that a failed extraction
+    // removes the files it left with holes: made at full size, they would
+    // look whole.
+    let written: HashMap<&str, AtomicU64> = entries
+        .iter()
+        .filter(|(_, e)| e.kind == Kind::File && e.slices > 1)
+        .map(|(p, _)| (*p, AtomicU64::new(0)))
+        .collect();
     let write = |r: &SliceRow, bytes: &[u8]| -> Result<()> {
         let what = || format!("writing {}", in_dest(&r.relative_path));
         let single = entries
@@ -157,8 +168,15 @@ pub fn extract_all_with<R: ReadAt>(
         let f = root
             .create(&r.relative_path, single)
             .map_err(|e| Error::io(what(), e))?;
-        f.write_all_at(bytes, r.fdata_offset)
-            .map_err(|e| Error::io(what(), e))?;
+        if let Err(e) = f.write_all_at(bytes, r.fdata_offset) {
+            if single {
+                let _ = root.remove(&r.relative_path);
+            }
+            return Err(Error::io(what(), e));
+        }
+        if let Some(n) = written.get(r.relative_path.as_str()) {
+            n.fetch_add(1, Ordering::Relaxed);
+        }
         if single {
             if let Some(mode) = r.mode {
                 f.set_permissions(Permissions::from_mode(mode & perms))
@@ -168,7 +186,17 @@ pub fn extract_all_with<R: ReadAt>(
         progress(bytes.len() as u64);
         Ok(())
     };
-    for_each_blob(archive, &file_rows, threads, &write)?;
+    if let Err(e) = for_each_blob(archive, &file_rows, threads, &write) {
+        for (p, n) in &written {
+            if entries
+                .get(p)
+                .is_some_and(|e| n.load(Ordering::Relaxed) < e.slices)
+            {
+                let _ = root.remove(p);
+            }
+        }
+        return Err(e);
+    }
     let mut stats = ExtractStats::default();
     for (p, e) in &entries {
         stats.files += 1;

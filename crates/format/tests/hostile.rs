@@ -131,6 +131,37 @@ fn a_flipped_byte_anywhere_in_the_manifest_fails_verify() {
     assert!(err.contains("this writer does not make"), "{err}");
 }
 
+/// Found by probing: a `decompress` that met a damaged slice of a file of
+/// several left that file at its full size, zeros where the slice was. A
+/// failed extraction now removes the files it left short; every file it
+/// leaves is whole (the oracle: each equals its original), and a file that
+/// was there before and is not in the archive is not touched.
+#[test]
+fn a_failed_extraction_leaves_no_file_short() {
+    let files: Vec<(String, Vec<u8>)> = vec![
+        ("a".into(), text(1, 500)),
+        ("big".into(), noise(2, 300_000)),
+        ("z".into(), text(3, 700)),
+    ];
+    let good = archive_of(&files, small_props(), &Metadata::Absent);
+    let a = Archive::open(good.as_slice()).unwrap();
+    let last = a.slices("big").unwrap().pop().unwrap();
+    assert!(last.fdata_offset > 0, "big is cut into several slices");
+    let mut bad = good.clone();
+    bad[(last.blob_offset + last.blob_size / 2) as usize] ^= 0x5a;
+    let out = tempfile::tempdir().unwrap();
+    std::fs::write(out.path().join("mine"), b"kept").unwrap();
+    let a = Archive::open(bad.as_slice()).unwrap();
+    assert!(extract_all(&a, out.path(), 2, &|_| {}).is_err());
+    assert!(!out.path().join("big").exists(), "big was left short");
+    for (path, want) in &files {
+        if let Ok(got) = std::fs::read(out.path().join(path)) {
+            assert_eq!(&got, want, "{path} was left, not whole");
+        }
+    }
+    assert_eq!(std::fs::read(out.path().join("mine")).unwrap(), b"kept");
+}
+
 #[test]
 fn a_manifest_offset_past_the_end_is_refused() {
     let mut bad = sample();
