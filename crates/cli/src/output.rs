@@ -14,6 +14,21 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context, Result};
 
+/// Refuses `dest` when it is the file `input` names, through links too:
+/// writing there would destroy what the command reads.
+pub fn not_the_input(dest: &Path, input: &Path) -> Result<()> {
+    use std::os::unix::fs::MetadataExt;
+    if let (Ok(d), Ok(i)) = (std::fs::metadata(dest), std::fs::metadata(input)) {
+        if (d.dev(), d.ino()) == (i.dev(), i.ino()) {
+            bail!(
+                "{} is the archive being read; name another file",
+                dest.display()
+            );
+        }
+    }
+    Ok(())
+}
+
 /// An output being written; [`Output::finish`] publishes it. Dropped
 /// unfinished, it removes what it wrote beside the name.
 pub struct Output {

@@ -12,7 +12,7 @@ use anyhow::{bail, Context, Result};
 use clap::{Args, Subcommand};
 use znippy_format::{Archive, Kind, ReadAt, Value};
 
-use crate::output::Output;
+use crate::output::{self, Output};
 use crate::progress::human;
 use crate::{print_meta, threads};
 
@@ -325,6 +325,7 @@ fn get<R: ReadAt>(a: &Archive<R>, args: &GetArgs) -> Result<()> {
             }
         }
         Some(dest) => {
+            output::not_the_input(dest, &args.archive.archive)?;
             let mut out = Output::create(dest)?;
             let entry = a
                 .read_entry(path, &mut out)
@@ -427,6 +428,7 @@ fn signature<R: ReadAt>(a: &Archive<R>, args: &SignatureArgs) -> Result<()> {
         bail!("the archive has {count} signatures; give a number from 1 to {count}");
     }
     let sig = signatures.swap_remove(args.number - 1);
+    output::not_the_input(&args.output, &args.archive.archive)?;
     std::fs::write(&args.output, sig).with_context(|| format!("writing {}", args.output.display()))
 }
 

@@ -160,6 +160,25 @@ fn get_list_info_and_help() {
          (`znippy list ARCHIVE --prefix dir/` lists what it holds)\n"
     );
     assert!(!tmp.path().join("d").exists() && !tmp.path().join("d.partial").exists());
+    // The archive itself as the output, by its name or through a link, is
+    // refused before a byte is written (it was replaced by the file).
+    let before = std::fs::read(&arc).unwrap();
+    let link = tmp.path().join("to-archive");
+    std::os::unix::fs::symlink(&arc, &link).unwrap();
+    for dest in [&arc, &link] {
+        let own = znippy(&["get", s(&arc), "a.txt", "-o", s(dest)]);
+        assert_eq!(own.status.code(), Some(1));
+        assert!(
+            String::from_utf8_lossy(&own.stderr).contains("is the archive being read"),
+            "{}",
+            String::from_utf8_lossy(&own.stderr)
+        );
+    }
+    assert_eq!(
+        std::fs::read(&arc).unwrap(),
+        before,
+        "the archive is untouched"
+    );
     let long =
         String::from_utf8(ok(&["list", s(&arc), "--prefix", "dir/", "--long"]).stdout).unwrap();
     assert_eq!(
