@@ -101,14 +101,12 @@ pub(crate) async fn drive_multipart(
             "meta" => true,
             "meta-archive" => false,
             _ if starred => {
-                return Err(ApiError::bad_request(
-                    ErrorCode::BadField,
-                    format!(
-                    "form field {name:?} names its file in filename*, which multipart/form-data \
-                         does not use (RFC 7578, 4.2): give the path, in UTF-8, as filename"
-                ),
-                )
-                .into())
+                let e = format!(
+                    "form field {name:?} names its file in filename*, which \
+                     multipart/form-data does not use (RFC 7578, 4.2): give the path, in \
+                     UTF-8, as filename"
+                );
+                return Err(ApiError::bad_request(ErrorCode::BadField, e).into());
             }
             _ => {
                 return Err(ApiError::bad_request(
