@@ -989,11 +989,16 @@ impl<R: ReadAt> Archive<R> {
         // Refused, not passed: one damaged byte of a section's name makes
         // such a tail (and hides the section from every read).
         if !self.written_by_this_writer() {
-            let names: Vec<String> = self
+            const SHOWN: usize = 8;
+            let mut names: Vec<String> = self
                 .sections
                 .iter()
+                .take(SHOWN)
                 .map(|s| format!("({}, {:?}, {:?})", s.pkg_type, s.repo, s.module_name))
                 .collect();
+            if self.sections.len() > SHOWN {
+                names.push(format!("and {} more", self.sections.len() - SHOWN));
+            }
             return Err(Error::corrupt(format!(
                 "the manifest lists sections this writer does not make, so it cannot be \
                  checked (a damaged manifest, or a tail written by something else): {}",
