@@ -303,6 +303,15 @@ async fn live_append_meta_committed() {
     live_append_dies_at("store.meta-committed", true).await;
 }
 
+/// Each way a change can die, with the directory below `tmp` its run uses:
+/// a process crash, then a power cut recording its syncs in `shadow`.
+fn both_ways<'a>(tmp: &Path, shadow: &'a Path) -> [(Crash<'a>, PathBuf); 2] {
+    [
+        (Crash::Process, tmp.join("process")),
+        (power(shadow), tmp.join("power")),
+    ]
+}
+
 /// Opens the store in `data` and checks that `a` is no archive there.
 async fn assert_no_archive(data: &Path, why: &str) {
     let store = Store::open(data, 1).await.unwrap();
@@ -320,10 +329,7 @@ async fn assert_no_archive(data: &Path, why: &str) {
 async fn live_create_namespace_created() {
     let tmp = tempfile::tempdir().unwrap();
     let shadow = tmp.path().join("shadow");
-    for (crash, root) in [
-        (Crash::Process, tmp.path().join("process")),
-        (power(&shadow), tmp.path().join("power")),
-    ] {
+    for (crash, root) in both_ways(tmp.path(), &shadow) {
         let data = root.join("data");
         // Another archive first, so the catalog exists before the crash.
         ok_in(crash, &live(&data, &["create", "other"]));
@@ -359,10 +365,7 @@ async fn live_create_namespace_created() {
 async fn live_drop_table_purged() {
     let tmp = tempfile::tempdir().unwrap();
     let shadow = tmp.path().join("shadow");
-    for (crash, root) in [
-        (Crash::Process, tmp.path().join("process")),
-        (power(&shadow), tmp.path().join("power")),
-    ] {
+    for (crash, root) in both_ways(tmp.path(), &shadow) {
         let data = root.join("data");
         let (b0, _) = batch(&root, 0);
         ok_in(crash, &live(&data, &["create", "a", "--level", "5"]));
