@@ -37,9 +37,10 @@ BATCH_TRIE = "__znippy_batch_trie__"  # version 8, instead of the trie: fst byte
 # package). Version 7 has no lookup (a listing is the data sub-index's paths,
 # ORDER BY relative_path) and pads Arrow buffers to 8 bytes, not 64. Version 8
 # writes a batch trie instead of the trie when the data rows are in path order
-# (every compress of a directory). The data sub-index reads the same way in all
-# eight.
-SUPPORTED_MAJOR = 8
+# (every compress of a directory). Version 9 records the most a pack of small
+# files holds (znippy.pack_size in the manifest), which no reader needs. The
+# data sub-index reads the same way in all nine.
+SUPPORTED_MAJOR = 9
 META_TYPES = {0: "str", 1: "i64", 2: "f64", 3: "bool", 4: "bytes"}
 
 

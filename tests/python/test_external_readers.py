@@ -121,7 +121,7 @@ def test_duckdb_lists_and_locates_files_from_the_data_rows(archive, data, tree):
     # From format version 7 there is no lookup: a listing is the data rows by
     # path (from version 8 a directory's rows are in that order already).
     assert ri.read_section(archive, ri.LOOKUP) is None
-    assert data.schema.metadata[b"znippy_format_version"] == b"8"
+    assert data.schema.metadata[b"znippy_format_version"] == b"9"
     con = duckdb.connect()
     con.register("files", data)
     listing = con.execute(

@@ -54,8 +54,10 @@ def compress(tmp_path, name, files):
         (root / p).write_bytes(data)
     out = tmp_path / "served" / f"{name}.znippy"
     out.parent.mkdir(exist_ok=True)
-    # The piece size the requests counted below assume, whatever the default.
+    # The piece and pack sizes the requests counted below assume, whatever the
+    # defaults.
     subprocess.run([znippy_bin(), "compress", str(root), "-o", str(out), "--chunk-size", str(PIECE),
+                    "--pack-size", str(PIECE),
                     "--meta", "src/m000/f00001.txt=lang=en", "--meta-archive", "built=42"],
                    check=True, capture_output=True)
     return out

@@ -110,6 +110,11 @@ struct CompressArgs {
     /// Files up to this size are packed together, in bytes.
     #[arg(long, default_value_t = ArchiveProps::default().pack_threshold)]
     pack_threshold: u64,
+    /// The most bytes a pack of small files holds, from --pack-threshold to
+    /// --chunk-size: getting a small file decodes its pack up to it
+    /// [default: 524288 within those bounds].
+    #[arg(long)]
+    pack_size: Option<u64>,
     /// Metadata about a file: 'path=key=value' (value '@file' reads bytes).
     #[arg(long = "meta", value_name = "PATH=KEY=VALUE")]
     meta: Vec<String>,
@@ -305,6 +310,7 @@ fn compress(args: CompressArgs) -> Result<()> {
         level,
         chunk_size,
         pack_threshold,
+        pack_size,
         meta,
         meta_archive,
         plugins,
@@ -313,6 +319,8 @@ fn compress(args: CompressArgs) -> Result<()> {
     let props = ArchiveProps {
         chunk_size,
         pack_threshold,
+        pack_size: pack_size
+            .unwrap_or_else(|| ArchiveProps::pack_size_for(chunk_size, pack_threshold)),
         level,
     };
     props.validate()?;

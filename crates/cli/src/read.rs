@@ -517,11 +517,12 @@ fn info<R: ReadAt>(a: &Archive<R>, path: &Path) -> Result<()> {
     writeln!(out, "signatures     {signed}")?;
     writeln!(
         out,
-        "properties     codec={} level={} chunk_size={} pack_threshold={}",
+        "properties     codec={} level={} chunk_size={} pack_threshold={} pack_size={}",
         znippy_format::CODEC,
         p.level,
         p.chunk_size,
-        p.pack_threshold
+        p.pack_threshold,
+        p.pack_size
     )?;
     writeln!(out, "trie           {:?}", a.trie_state())?;
     writeln!(out, "sections:")?;

@@ -179,7 +179,7 @@ impl Engine {
         Ok(Engine {
             props,
             workers: workers.max(1),
-            layout: Layout::new(props.chunk_size),
+            layout: Layout::new(props.pack_size),
             next_seq: 0,
             blob_end: 0,
             plugins: Plugins::none(),
@@ -991,6 +991,7 @@ mod tests {
         let props = ArchiveProps {
             chunk_size: 8 << 10,
             pack_threshold: 2 << 10,
+            pack_size: 8 << 10,
             level: 3,
         };
         let mut engine = Engine::new(props, 2).unwrap();
@@ -1034,6 +1035,7 @@ mod tests {
         let props = ArchiveProps {
             chunk_size: 16 << 10,
             pack_threshold: 4 << 10,
+            pack_size: 16 << 10,
             level: 5,
         };
         let (input, output) = (20 << 10, 16 << 10);

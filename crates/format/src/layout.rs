@@ -2,7 +2,7 @@
 //!
 //! docs/format.md §3 decides the blob region from the ordered input alone: a
 //! small file joins the open pack (which closes when the next file would push it
-//! past `chunk_size`), a large file closes the pack and becomes one blob per
+//! past `pack_size`), a large file closes the pack and becomes one blob per
 //! `chunk_size` piece, and a slice identical to an earlier one is not written
 //! again. This module is those rules and nothing else, as a state machine that
 //! is told each slice's size and blake3 and answers with its place.
@@ -118,7 +118,7 @@ struct OpenPack {
 /// batch's job numbers.
 #[derive(Debug)]
 pub(crate) struct Layout {
-    chunk_size: u64,
+    pack_size: u64,
     /// Slices written by earlier batches.
     known: HashMap<[u8; 32], SliceLoc>,
     /// Slices of this batch, by job.
@@ -128,9 +128,9 @@ pub(crate) struct Layout {
 }
 
 impl Layout {
-    pub fn new(chunk_size: u64) -> Self {
+    pub fn new(pack_size: u64) -> Self {
         Layout {
-            chunk_size,
+            pack_size,
             known: HashMap::new(),
             batch_new: HashMap::new(),
             open: OpenPack::default(),
@@ -170,7 +170,7 @@ impl Layout {
             return Small::Known(loc);
         }
         // Only a pack that holds bytes can overflow, so `closed` is never empty.
-        let closed = if self.open.len + len > self.chunk_size {
+        let closed = if self.open.len + len > self.pack_size {
             self.close()
         } else {
             None

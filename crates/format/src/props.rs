@@ -18,10 +18,14 @@ pub const MAX_CHUNK_SIZE: u64 = 64 << 20;
 /// How an archive cuts, packs and compresses its input.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ArchiveProps {
-    /// Size of the pieces a large file is cut into, and the most a pack block holds.
+    /// Size of the pieces a large file is cut into, and the most a blob holds.
     pub chunk_size: u64,
     /// Files up to this size are packed together into shared blobs.
     pub pack_threshold: u64,
+    /// The most a pack block holds: a `get` decodes its pack up to the file it
+    /// wants, so this bounds the work of reading a small file. From format
+    /// version 9; before it a pack held up to `chunk_size`.
+    pub pack_size: u64,
     /// zstd compression level.
     pub level: i32,
 }
@@ -31,17 +35,28 @@ impl Default for ArchiveProps {
         ArchiveProps {
             chunk_size: 1536 << 10,
             pack_threshold: 512 << 10,
+            pack_size: DEFAULT_PACK_SIZE,
             level: 3,
         }
     }
 }
 
+/// The default pack size (docs/benchmarks.md, "Packs of 512 KiB").
+pub const DEFAULT_PACK_SIZE: u64 = 512 << 10;
+
 pub(crate) const KEY_CHUNK_SIZE: &str = "znippy.chunk_size";
 pub(crate) const KEY_PACK_THRESHOLD: &str = "znippy.pack_threshold";
+pub(crate) const KEY_PACK_SIZE: &str = "znippy.pack_size";
 pub(crate) const KEY_CODEC: &str = "znippy.codec";
 pub(crate) const KEY_LEVEL: &str = "znippy.level";
 
 impl ArchiveProps {
+    /// The pack size a writer uses when none is asked for: the default,
+    /// within `pack_threshold..=chunk_size`.
+    pub fn pack_size_for(chunk_size: u64, pack_threshold: u64) -> u64 {
+        DEFAULT_PACK_SIZE.max(pack_threshold).min(chunk_size)
+    }
+
     /// Checks every property against its allowed range.
     pub fn validate(&self) -> Result<()> {
         if !(MIN_CHUNK_SIZE..=MAX_CHUNK_SIZE).contains(&self.chunk_size) {
@@ -56,6 +71,12 @@ impl ArchiveProps {
                 self.pack_threshold, self.chunk_size
             )));
         }
+        if !(self.pack_threshold..=self.chunk_size).contains(&self.pack_size) {
+            return Err(Error::Property(format!(
+                "pack_size {} must lie between pack_threshold {} and chunk_size {}",
+                self.pack_size, self.pack_threshold, self.chunk_size
+            )));
+        }
         let levels = zstd::compression_level_range();
         if !levels.contains(&self.level) {
             return Err(Error::Property(format!(
@@ -68,14 +89,20 @@ impl ArchiveProps {
         Ok(())
     }
 
-    pub(crate) fn to_metadata(self, md: &mut HashMap<String, String>) {
+    /// Records the properties as format `version` did: `pack_size` from
+    /// version 9.
+    pub(crate) fn to_metadata(self, md: &mut HashMap<String, String>, version: u32) {
         md.insert(KEY_CHUNK_SIZE.into(), self.chunk_size.to_string());
         md.insert(KEY_PACK_THRESHOLD.into(), self.pack_threshold.to_string());
+        if version >= 9 {
+            md.insert(KEY_PACK_SIZE.into(), self.pack_size.to_string());
+        }
         md.insert(KEY_CODEC.into(), CODEC.into());
         md.insert(KEY_LEVEL.into(), self.level.to_string());
     }
 
-    pub(crate) fn from_metadata(md: &HashMap<String, String>) -> Result<Self> {
+    /// Reads the properties of a format `version` manifest.
+    pub(crate) fn from_metadata(md: &HashMap<String, String>, version: u32) -> Result<Self> {
         fn get<'a>(md: &'a HashMap<String, String>, key: &str) -> Result<&'a str> {
             md.get(key)
                 .map(String::as_str)
@@ -90,9 +117,14 @@ impl ArchiveProps {
         if codec != CODEC {
             return Err(Error::corrupt(format!("unknown codec {codec:?}")));
         }
+        let chunk_size = num(md, KEY_CHUNK_SIZE)?;
         let props = ArchiveProps {
-            chunk_size: num(md, KEY_CHUNK_SIZE)?,
+            chunk_size,
             pack_threshold: num(md, KEY_PACK_THRESHOLD)?,
+            pack_size: match version {
+                9.. => num(md, KEY_PACK_SIZE)?,
+                _ => chunk_size,
+            },
             level: num(md, KEY_LEVEL)?,
         };
         props

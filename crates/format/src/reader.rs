@@ -189,7 +189,7 @@ impl<R: ReadAt> Archive<R> {
             offset: manifest_offset,
         } = inner;
         let version = check_version(&md, "manifest")?;
-        let props = ArchiveProps::from_metadata(&md)?;
+        let props = ArchiveProps::from_metadata(&md, version)?;
         let blob_end: u64 = md
             .get(manifest::KEY_BLOB_END)
             .and_then(|v| v.parse().ok())

@@ -99,7 +99,7 @@ pub fn repack(
         zstd: zstd::bulk::Compressor::new(props.level)
             .map_err(|e| Error::io("starting the compressor", e))?,
     };
-    let mut layout = Layout::new(props.chunk_size);
+    let mut layout = Layout::new(props.pack_size);
     let mut rows = Vec::new();
     for batch in batches {
         layout.start_batch();

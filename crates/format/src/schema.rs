@@ -22,8 +22,9 @@ use crate::error::{Error, Result};
 /// a batch trie ([`BATCH_TRIE`]) in place of the trie: the data sub-index is
 /// then itself the sorted copy, and a path needs only its batch found; it
 /// also stores each shard of a trie (and of a batch trie) as a zstd frame.
-/// Every archive is written in version 8.
-pub const FORMAT_VERSION: u32 = 8;
+/// Version 9 records `pack_size`, the most a pack holds, which was
+/// `chunk_size` before it (`props.rs`). Every archive is written in version 9.
+pub const FORMAT_VERSION: u32 = 9;
 /// Schema-metadata key carrying the format version in every Arrow section.
 pub const VERSION_KEY: &str = "znippy_format_version";
 /// Most rows in one Arrow record batch of any section (docs/format.md, section 4).

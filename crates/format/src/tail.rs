@@ -177,7 +177,7 @@ pub(crate) fn write_tail_as(
     }
 
     let mut md = HashMap::new();
-    tail.props.to_metadata(&mut md);
+    tail.props.to_metadata(&mut md, version);
     // Fixed width, so the manifest's length does not depend on the payload size.
     md.insert(
         manifest::KEY_BLOB_END.into(),

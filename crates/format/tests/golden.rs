@@ -45,6 +45,7 @@ fn props() -> ArchiveProps {
     ArchiveProps {
         chunk_size: 32 << 10,
         pack_threshold: 16 << 10,
+        pack_size: 16 << 10,
         level: 3,
     }
 }
@@ -68,7 +69,7 @@ fn a_fixed_input_compresses_to_pinned_bytes() {
         .unwrap();
         let sha = format!("{:x}", Sha256::digest(&out));
         assert_eq!(
-            sha, "086018fd8ec6a090e83e9e3caa90f47f62cc8ac1dbdda3557cd3c15ad39bf85e",
+            sha, "326b375973c27544c5a1bdc969fd86d0c2f548d1e5461fab8451cdbced5c9d10",
             "threads = {threads}"
         );
     }
@@ -95,6 +96,7 @@ fn the_worked_example_of_the_format_document() {
     let props = ArchiveProps {
         chunk_size: 64 << 10,
         pack_threshold: 16 << 10,
+        pack_size: 16 << 10,
         level: 3,
     };
     let mut out = Vec::new();
@@ -157,7 +159,7 @@ fn the_worked_example_of_the_format_document() {
     );
     let sha = format!("{:x}", Sha256::digest(&out));
     assert_eq!(
-        sha, "ab5d845462cc10f269577a2bd03b07487549041e1bd100adb4940d77cf7eeef3",
+        sha, "b0c464c376f62a9b7cd9e89e6c7e3e12d1c598b4169f79e7ee1dbcb8a68e0ed5",
         "the worked example's bytes"
     );
 }

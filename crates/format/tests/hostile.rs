@@ -559,6 +559,14 @@ fn writers_refuse_bad_paths_and_properties() {
             ..ArchiveProps::default()
         },
         ArchiveProps {
+            pack_size: ArchiveProps::default().pack_threshold - 1,
+            ..ArchiveProps::default()
+        },
+        ArchiveProps {
+            pack_size: ArchiveProps::default().chunk_size + 1,
+            ..ArchiveProps::default()
+        },
+        ArchiveProps {
             level: 99,
             ..ArchiveProps::default()
         },

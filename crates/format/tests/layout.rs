@@ -10,6 +10,8 @@ use znippy_format::{ArchiveProps, Engine, InputFile};
 
 const CHUNK: usize = 8 << 10;
 const THRESHOLD: usize = 2 << 10;
+/// Below CHUNK, so a pack that overflows here would not overflow a chunk.
+const PACK: usize = 6 << 10;
 
 /// docs/format.md's layout rules, one file at a time: (path, fdata_offset, size,
 /// blob number, inner offset) for every slice.
@@ -26,7 +28,7 @@ fn expected(files: &[(&str, Vec<u8>)]) -> Vec<(String, u64, u64, usize, u64)> {
                 row(0, bytes, at);
                 continue;
             }
-            if pack.is_some_and(|(_, len)| len as usize + bytes.len() > CHUNK) {
+            if pack.is_some_and(|(_, len)| len as usize + bytes.len() > PACK) {
                 pack = None;
             }
             let (blob, len) = pack.get_or_insert_with(|| {
@@ -65,7 +67,7 @@ fn the_layout_follows_the_format_rules() {
         ("a-again", a),
         ("empty", Vec::new()),
         ("c", noise(4, 2000)),
-        ("d", noise(5, 2000)),
+        ("d", noise(5, 500)),
         ("overflows-the-pack", noise(6, 1000)),
         ("large-after-files", noise(7, THRESHOLD + 1)),
         (
@@ -78,6 +80,7 @@ fn the_layout_follows_the_format_rules() {
     let props = ArchiveProps {
         chunk_size: CHUNK as u64,
         pack_threshold: THRESHOLD as u64,
+        pack_size: PACK as u64,
         level: 3,
     };
     let inputs = files

@@ -29,6 +29,7 @@ fn signing_reads(size: usize) -> (u64, u64) {
     let props = ArchiveProps {
         chunk_size: 8 << 20,
         pack_threshold: 4 << 20,
+        pack_size: 4 << 20,
         level: 1,
     };
     let mut out = std::io::BufWriter::new(std::fs::File::create(&path).unwrap());

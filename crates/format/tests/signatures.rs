@@ -57,7 +57,7 @@ fn signing_keeps_every_byte_it_signs_and_adds_in_order() {
     // The layout is a function of the signed part and the signatures.
     assert_eq!(
         format!("{:x}", Sha256::digest(&bytes)),
-        "5dda25d973f5ab4400eb6b049a0dab35f7baf539fb78cec448fb3ab5d85c9dc7",
+        "9d0ad886537cd64dd7259743d61df9c1f2d50633de4415b69cc13fc93ff77939",
         "signed archive bytes changed"
     );
 }

@@ -29,6 +29,8 @@ fn build(scale: usize) -> Vec<u8> {
     let props = ArchiveProps {
         chunk_size: 8 << 20,
         pack_threshold: 4 << 20,
+        // One pack holds every file at both scales.
+        pack_size: 8 << 20,
         level: 1,
     };
     archive_of(&files, props, &meta)
@@ -231,6 +233,7 @@ fn get_reads_and_decodes_a_pack_only_as_far_as_the_file() {
     let props = ArchiveProps {
         chunk_size: 4 << 20,
         pack_threshold: 1 << 20,
+        pack_size: 4 << 20,
         level: 1,
     };
     let src = Recording::new(archive_of(&files, props, &znippy_format::Metadata::Absent));

@@ -344,6 +344,7 @@ fn in_order() -> Vec<u8> {
     let props = ArchiveProps {
         chunk_size: 4 << 10,
         pack_threshold: 2 << 10,
+        pack_size: 4 << 10,
         level: 3,
     };
     archive_of(&files, props, &Metadata::Absent)

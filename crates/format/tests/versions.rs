@@ -1,6 +1,6 @@
-//! Format versions: this writer writes version 8 (no lookup; a batch trie
-//! for rows in path order) in every section, and archives written by earlier
-//! versions still read and verify.
+//! Format versions: this writer writes version 9 (no lookup; a batch trie
+//! for rows in path order; the pack size recorded) in every section, and
+//! archives written by earlier versions still read and verify.
 //!
 //! `data/v1.znippy` and `data/v2.znippy` are archives written by the version-2
 //! writer (`znippy compress --threads 1`, 2026-12-03) from the tree that
@@ -11,8 +11,9 @@
 //! a.txt=lang=en --meta-archive built=42`, 2026-12-05). `data/v5.znippy` is
 //! that tree and command by the version-5 writer, and `data/v6.znippy` the
 //! same with a wheel beside it, `--repo pypi` (2026-12-06); `data/v7.znippy`
-//! is that tree and command by the version-7 writer. Their bytes are
-//! pinned, so a test that still passes reads the real thing.
+//! is that tree and command by the version-7 writer, `data/v8.znippy` by the
+//! version-8 writer (2026-12-07). Their bytes are pinned, so a test that
+//! still passes reads the real thing.
 
 mod common;
 
@@ -76,7 +77,7 @@ fn read(a: &Archive<&[u8]>, path: &str) -> Vec<u8> {
 }
 
 #[test]
-fn this_writer_writes_version_8_with_or_without_links() {
+fn this_writer_writes_version_9_with_or_without_links() {
     for extra in [None, Some(("l", b"a".to_vec(), S_IFLNK | 0o777))] {
         let mut files = vec![InputFile::from_bytes("a", b"x".to_vec(), Some(0o644))];
         if let Some((p, b, m)) = extra {
@@ -92,9 +93,10 @@ fn this_writer_writes_version_8_with_or_without_links() {
             &mut |_| {},
         )
         .unwrap();
-        assert_eq!(section_version(&out), "8");
+        assert_eq!(section_version(&out), "9");
         let a = Archive::open(out.as_slice()).unwrap();
-        assert_eq!(a.format_version(), 8);
+        assert_eq!(a.format_version(), 9);
+        assert_eq!(a.props(), small_props(), "the pack size is read back");
         assert!(a.sections().iter().all(|s| s.module_name != LOOKUP));
         assert_eq!(a.trie_state(), TrieState::Batches);
     }
@@ -138,6 +140,11 @@ fn archives_of_earlier_versions_read_and_verify() {
             7,
             "7bdc71803d7a58d25814466359ca349371079c2e76de95f98410b10602206f68",
         ),
+        (
+            "v8.znippy",
+            8,
+            "05d5c7e7a4e8f0e573a6906ed8fdb50f189575a01ccd37e38bf628ff88da784f",
+        ),
     ] {
         let bytes = data(name);
         assert_eq!(format!("{:x}", Sha256::digest(&bytes)), sha, "{name}");
@@ -145,14 +152,20 @@ fn archives_of_earlier_versions_read_and_verify() {
         assert_eq!(a.format_version(), version, "{name}");
         assert_eq!(section_version(&bytes), version.to_string());
         // `verify` rebuilds the tail in the archive's own version: a version-1
-        // tail rebuilt as version 8 would have no lookup, a version-7 one a
-        // batch trie.
+        // tail rebuilt as version 9 would have no lookup, a version-7 one a
+        // batch trie, a version-8 one the pack size.
         let slices = match version {
             1 => 4,
-            6 | 7 => 7,
+            6.. => 7,
             _ => 6,
         };
-        assert_eq!(a.trie_state(), TrieState::Used, "{name}");
+        let trie = match version {
+            8 => TrieState::Batches,
+            _ => TrieState::Used,
+        };
+        assert_eq!(a.trie_state(), trie, "{name}");
+        // Before version 9 a pack held up to chunk_size.
+        assert_eq!(a.props().pack_size, a.props().chunk_size, "{name}");
         assert_eq!(a.verify(2).unwrap(), slices, "{name}");
         for (path, content) in old_tree() {
             assert_eq!(read(&a, path), content, "{name}: {path}");
@@ -189,9 +202,10 @@ fn archives_of_earlier_versions_read_and_verify() {
 }
 
 /// An append rewrites the whole tail, so a version-1 archive grown by one
-/// batch is byte for byte the version-8 archive of both batches.
+/// batch is byte for byte the version-9 archive of both batches, packed as
+/// the version-1 archive was.
 #[test]
-fn an_append_to_a_version_1_archive_writes_version_8() {
+fn an_append_to_a_version_1_archive_writes_version_9() {
     let tmp = tempfile::tempdir().unwrap();
     let p = tmp.path().join("a.znippy");
     fs::write(&p, data("v1.znippy")).unwrap();
@@ -214,7 +228,7 @@ fn an_append_to_a_version_1_archive_writes_version_8() {
     let props = Archive::open(data("v1.znippy").as_slice()).unwrap().props();
     append(&p, second(), MetaUpdate::default(), 1, &mut |_| {}).unwrap();
     let appended = fs::read(&p).unwrap();
-    assert_eq!(section_version(&appended), "8");
+    assert_eq!(section_version(&appended), "9");
 
     let first = old_tree()
         .into_iter()

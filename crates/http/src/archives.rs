@@ -31,6 +31,10 @@ pub(crate) struct Create {
     /// Files up to this size are packed together; must be smaller than chunk_size (default
     /// 524288; null is the default).
     pack_threshold: Option<u64>,
+    /// The most bytes a pack of small files holds, from pack_threshold to chunk_size: reading
+    /// a small file decodes its pack up to it (default 524288 within those bounds; null is
+    /// the default).
+    pack_size: Option<u64>,
     /// zstd level, -131072 to 22 (default 3; null is the default).
     #[schema(minimum = -131072, maximum = 22)]
     level: Option<i32>,
@@ -63,6 +67,7 @@ pub(crate) struct Archive {
     state: StateName,
     chunk_size: u64,
     pack_threshold: u64,
+    pack_size: u64,
     level: i32,
     /// Whether the archive has a metadata section.
     metadata: bool,
@@ -104,6 +109,7 @@ impl From<znippy_store::ArchiveInfo> for Archive {
             },
             chunk_size: i.props.chunk_size,
             pack_threshold: i.props.pack_threshold,
+            pack_size: i.props.pack_size,
             level: i.props.level,
             metadata: i.with_meta,
             files: i.files,
@@ -133,7 +139,7 @@ pub(crate) struct ArchiveList {
     responses(
         (status = 201, description = "Created.", body = Archive),
         (status = 400, description = "bad_body (not JSON, or an unknown field), bad_id, \
-            bad_property (chunk_size, pack_threshold or level out of range, or an archive whose \
+            bad_property (chunk_size, pack_threshold, pack_size or level out of range, or an archive whose \
             one append would need more engine memory than the service's whole \
             --engine-memory).", body = crate::error::ErrorBody),
         (status = 401, response = openapi::Unauthorized),
@@ -150,10 +156,14 @@ pub(crate) struct ArchiveList {
 pub(crate) async fn create(State(app): State<AppState>, body: Body) -> Result<Response, ApiError> {
     let req: Create = read_json(body).await?;
     let d = ArchiveProps::default();
+    let chunk_size = req.chunk_size.unwrap_or(d.chunk_size);
+    let pack_threshold = req.pack_threshold.unwrap_or(d.pack_threshold);
     let opts = CreateOptions {
         props: ArchiveProps {
-            chunk_size: req.chunk_size.unwrap_or(d.chunk_size),
-            pack_threshold: req.pack_threshold.unwrap_or(d.pack_threshold),
+            chunk_size,
+            pack_threshold,
+            pack_size: (req.pack_size)
+                .unwrap_or_else(|| ArchiveProps::pack_size_for(chunk_size, pack_threshold)),
             level: req.level.unwrap_or(d.level),
         },
         with_meta: req.metadata,

@@ -1155,3 +1155,41 @@ async fn reads_racing_a_drop_find_the_archive_or_none() {
     }
     s.stop().await;
 }
+
+/// An archive's pack size is what was asked for, or the default within the
+/// archive's own threshold and chunk size, and reads back the same.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_pack_size_is_asked_for_or_fits_the_other_properties() {
+    let s = Server::start(|_| {}).await;
+    let c = client();
+    for (body, pack_size) in [
+        (serde_json::json!({"id": "d"}), 512 << 10),
+        (
+            serde_json::json!({"id": "c", "chunk_size": 256 << 10, "pack_threshold": 64 << 10}),
+            256 << 10,
+        ),
+        (
+            serde_json::json!({"id": "t", "chunk_size": 4 << 20, "pack_threshold": 1 << 20}),
+            1 << 20,
+        ),
+        (
+            serde_json::json!({"id": "p", "pack_size": 700_000}),
+            700_000,
+        ),
+    ] {
+        let r = c.post(s.url("/archives")).json(&body).send().await.unwrap();
+        let created = json(r, StatusCode::CREATED).await;
+        assert_eq!(created["pack_size"], pack_size, "{body}");
+        let id = body["id"].as_str().unwrap();
+        let r = c
+            .get(s.url(&format!("/archives/{id}")))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(
+            json(r, StatusCode::OK).await["pack_size"],
+            pack_size,
+            "{body}"
+        );
+    }
+}

@@ -165,6 +165,22 @@ async fn malformed_requests_change_nothing() {
             code: "bad_property",
         },
         Case {
+            name: "create: packs larger than a chunk",
+            req: c
+                .post(u("/archives"))
+                .json(&json!({"id": "n", "chunk_size": 1 << 20, "pack_size": 2 << 20})),
+            status: StatusCode::BAD_REQUEST,
+            code: "bad_property",
+        },
+        Case {
+            name: "create: packs smaller than the threshold",
+            req: c
+                .post(u("/archives"))
+                .json(&json!({"id": "n", "pack_threshold": 1 << 19, "pack_size": 1 << 18})),
+            status: StatusCode::BAD_REQUEST,
+            code: "bad_property",
+        },
+        Case {
             // Over a GiB of engine memory per append: past the whole budget.
             name: "create: over the engine-memory budget",
             req: c.post(u("/archives")).json(

@@ -19,6 +19,7 @@ fn props() -> ArchiveProps {
     ArchiveProps {
         chunk_size: 64 << 10,
         pack_threshold: 16 << 10,
+        pack_size: 32 << 10,
         level: 3,
     }
 }
@@ -59,14 +60,14 @@ fn cases() -> Vec<Case> {
             name: "(ii) a wholly dead pack lets a later small file fit in the pack before it",
             steps: vec![
                 append_of(&[
-                    ("x1", text(10, 15_000)),
-                    ("x2", text(11, 15_000)),
-                    ("x3", text(12, 15_000)),
-                    ("x4", text(13, 15_000)),
-                    ("d1", planted(text(14, 16_000), &t(2))),
-                    ("d2", planted(text(15, 16_000), &t(3))),
-                    ("d3", planted(text(16, 16_000), &t(4))),
-                    ("d4", planted(text(17, 16_000), &t(5))),
+                    ("x1", text(10, 7_000)),
+                    ("x2", text(11, 7_000)),
+                    ("x3", text(12, 7_000)),
+                    ("x4", text(13, 7_000)),
+                    ("d1", planted(text(14, 8_000), &t(2))),
+                    ("d2", planted(text(15, 8_000), &t(3))),
+                    ("d3", planted(text(16, 8_000), &t(4))),
+                    ("d4", planted(text(17, 8_000), &t(5))),
                     ("y", text(18, 3000)),
                 ]),
                 del("d1"),
@@ -75,7 +76,8 @@ fn cases() -> Vec<Case> {
                 del("d4"),
             ],
             tokens: vec![t(2), t(3), t(4), t(5)],
-            // y joins x1..x4.
+            // x1..x4 fill 28,000 of a 32 KiB pack, d1..d4 the next, y its
+            // own; at the seal y joins x1..x4.
             codec_runs: 1,
             copied: 0,
         },

@@ -28,6 +28,7 @@ async fn sealed_costs(scale: usize) -> (u64, u64, u64, u64) {
     let props = ArchiveProps {
         chunk_size: 8 << 20,
         pack_threshold: 4 << 20,
+        pack_size: 4 << 20,
         level: 1,
     };
     store

@@ -79,6 +79,7 @@ async fn random_histories_seal_to_the_cli_bytes() {
     let props = ArchiveProps {
         chunk_size: 32 << 10,
         pack_threshold: 16 << 10,
+        pack_size: 32 << 10,
         level: 1,
     };
     let seeds: Vec<u64> = match std::env::var("HISTORY_SEED") {

@@ -25,6 +25,7 @@ fn props() -> ArchiveProps {
     ArchiveProps {
         chunk_size: 64 << 10,
         pack_threshold: 16 << 10,
+        pack_size: 64 << 10,
         level: 3,
     }
 }

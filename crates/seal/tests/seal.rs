@@ -16,6 +16,7 @@ fn props() -> ArchiveProps {
     ArchiveProps {
         chunk_size: 64 << 10,
         pack_threshold: 16 << 10,
+        pack_size: 64 << 10,
         level: 3,
     }
 }
@@ -96,6 +97,67 @@ async fn in_place_seal_equals_one_shot_compress() {
     let mut got = Vec::new();
     a.read_file("dup-of-big1", &mut got).unwrap();
     assert_eq!(got, text(1, 200_000));
+}
+
+/// A live archive created before `pack_size` existed has no
+/// `znippy.pack_size` in its namespace; it packs up to `chunk_size` as it
+/// did then, so its seal is what compress made of its files then.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_live_archive_from_before_pack_size_packs_up_to_chunk_size() {
+    use iceberg::{Catalog, NamespaceIdent};
+
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let small_packs = ArchiveProps {
+        pack_size: 32 << 10,
+        ..props()
+    };
+    let store = Store::open(dir, 2).await.unwrap();
+    let opts = CreateOptions {
+        props: small_packs,
+        with_meta: false,
+        ..Default::default()
+    };
+    store.create("a", opts).await.unwrap();
+    store.close().await;
+    {
+        let catalog =
+            znippy_store::RedbCatalog::open(&dir.join("catalog.redb"), &dir.join("warehouse"))
+                .await
+                .unwrap();
+        let ns = NamespaceIdent::from_strs(["znippy", "a"]).unwrap();
+        let mut p = catalog
+            .get_namespace(&ns)
+            .await
+            .unwrap()
+            .properties()
+            .clone();
+        assert_eq!(p.remove("znippy.pack_size"), Some((32 << 10).to_string()));
+        catalog.update_namespace(&ns, p).await.unwrap();
+    }
+    let store = Store::open(dir, 2).await.unwrap();
+    assert_eq!(store.info("a").await.unwrap().props, props());
+    // 60,000 bytes: one pack up to chunk_size, two of 32 KiB.
+    let files: Batch = vec![
+        ("s0", text(60, 15_000)),
+        ("s1", text(61, 15_000)),
+        ("s2", text(62, 15_000)),
+        ("s3", text(63, 15_000)),
+    ];
+    store.append("a", inputs(&files), None).await.unwrap();
+    let r = seal(&store, "a", None).await.unwrap();
+    let sealed = std::fs::read(r.at.file().unwrap()).unwrap();
+    assert!(
+        sealed == one_shot(&[files], &Metadata::Absent),
+        "as compress packed then"
+    );
+    let a = Archive::open(sealed.as_slice()).unwrap();
+    assert_eq!(a.props().pack_size, 64 << 10);
+    let rows = a.data_rows().unwrap();
+    assert!(
+        rows.iter().all(|r| r.blob_offset == rows[0].blob_offset),
+        "one pack"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

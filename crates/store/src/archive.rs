@@ -1924,6 +1924,7 @@ mod tests {
             props: ArchiveProps {
                 chunk_size: 64 << 10,
                 pack_threshold: 16 << 10,
+                pack_size: 64 << 10,
                 level: 3,
             },
             with_meta: false,

@@ -124,6 +124,7 @@ pub const ROOT_NAMESPACE: &str = "znippy";
 
 const P_CHUNK: &str = "znippy.chunk_size";
 const P_PACK: &str = "znippy.pack_threshold";
+const P_PACK_SIZE: &str = "znippy.pack_size";
 const P_LEVEL: &str = "znippy.level";
 const P_META: &str = "znippy.has_meta";
 const P_STATE: &str = "znippy.state";
@@ -278,9 +279,16 @@ pub(crate) async fn namespace_props(catalog: &Backend, ns: &NamespaceIdent) -> R
     };
     let num =
         |k: &str| -> Result<u64> { p.get(k).and_then(|v| v.parse().ok()).ok_or_else(|| bad(k)) };
+    let chunk_size = num(P_CHUNK)?;
     let archive = ArchiveProps {
-        chunk_size: num(P_CHUNK)?,
+        chunk_size,
         pack_threshold: num(P_PACK)?,
+        // An archive created before pack_size packed up to chunk_size, and
+        // keeps doing so: its seal is what compress made of it then.
+        pack_size: match p.contains_key(P_PACK_SIZE) {
+            true => num(P_PACK_SIZE)?,
+            false => chunk_size,
+        },
         level: p
             .get(P_LEVEL)
             .and_then(|v| v.parse().ok())
@@ -830,6 +838,7 @@ impl Store {
         let mut props = HashMap::from([
             (P_CHUNK.to_string(), opts.props.chunk_size.to_string()),
             (P_PACK.to_string(), opts.props.pack_threshold.to_string()),
+            (P_PACK_SIZE.to_string(), opts.props.pack_size.to_string()),
             (P_LEVEL.to_string(), opts.props.level.to_string()),
             (P_META.to_string(), opts.with_meta.to_string()),
             (P_STATE.to_string(), "live".to_string()),

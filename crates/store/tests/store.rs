@@ -16,6 +16,7 @@ fn props() -> ArchiveProps {
     ArchiveProps {
         chunk_size: 64 << 10,
         pack_threshold: 16 << 10,
+        pack_size: 64 << 10,
         level: 3,
     }
 }
@@ -975,6 +976,7 @@ async fn appends_wait_for_the_engine_memory_budget() {
         props: ArchiveProps {
             chunk_size: 64 << 20,
             pack_threshold: 1 << 20,
+            pack_size: 1 << 20,
             level: 22,
         },
         with_meta: false,

@@ -22,6 +22,10 @@ pub enum LiveCmd {
         /// Files up to this size are packed together, in bytes.
         #[arg(long, default_value_t = ArchiveProps::default().pack_threshold)]
         pack_threshold: u64,
+        /// The most bytes a pack of small files holds, from --pack-threshold
+        /// to --chunk-size [default: 524288 within those bounds].
+        #[arg(long)]
+        pack_size: Option<u64>,
         /// zstd level.
         #[arg(long, default_value_t = ArchiveProps::default().level)]
         level: i32,
@@ -138,6 +142,7 @@ async fn command(store: &Store, cmd: LiveCmd) -> Result<std::process::ExitCode> 
             id,
             chunk_size,
             pack_threshold,
+            pack_size,
             level,
             with_meta,
             repo,
@@ -146,6 +151,8 @@ async fn command(store: &Store, cmd: LiveCmd) -> Result<std::process::ExitCode> 
             let props = ArchiveProps {
                 chunk_size,
                 pack_threshold,
+                pack_size: pack_size
+                    .unwrap_or_else(|| ArchiveProps::pack_size_for(chunk_size, pack_threshold)),
                 level,
             };
             store

@@ -49,6 +49,7 @@ pub fn small_props() -> ArchiveProps {
     ArchiveProps {
         chunk_size: 64 << 10,
         pack_threshold: 16 << 10,
+        pack_size: 32 << 10,
         level: 3,
     }
 }
@@ -167,6 +168,7 @@ pub fn assemble(
         "znippy.pack_threshold".to_string(),
         props.pack_threshold.to_string(),
     );
+    md.insert("znippy.pack_size".to_string(), props.pack_size.to_string());
     md.insert("znippy.codec".to_string(), "zstd".to_string());
     md.insert("znippy.level".to_string(), props.level.to_string());
     md.insert("znippy.blob_end".to_string(), blob_end.to_string());
