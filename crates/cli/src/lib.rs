@@ -13,12 +13,46 @@ use std::io::Write;
 use std::process::ExitCode;
 
 use anyhow::{bail, Context, Result};
-use znippy_format::{scan_dir, MetaSearch, Scan, ScanOptions, ScannedFile};
+use znippy_format::{scan_dir, ArchiveProps, MetaSearch, Scan, ScanOptions, ScannedFile};
 
 pub mod meta_args;
 pub mod output;
 pub mod progress;
 pub mod read;
+
+/// How a new archive cuts, packs and compresses (docs/format.md, section 2):
+/// the options of `compress` and of `live create`.
+#[derive(clap::Args)]
+pub struct PropsArgs {
+    /// zstd level.
+    #[arg(long, default_value_t = ArchiveProps::default().level)]
+    level: i32,
+    /// Size of the pieces large files are cut into, in bytes.
+    #[arg(long, default_value_t = ArchiveProps::default().chunk_size)]
+    chunk_size: u64,
+    /// Files up to this size are packed together, in bytes.
+    #[arg(long, default_value_t = ArchiveProps::default().pack_threshold)]
+    pack_threshold: u64,
+    /// The most bytes a pack of small files holds, from --pack-threshold to
+    /// --chunk-size: getting a small file decodes its pack up to it
+    /// [default: 524288 within those bounds].
+    #[arg(long)]
+    pack_size: Option<u64>,
+}
+
+impl PropsArgs {
+    /// The properties asked for, checked.
+    pub fn props(&self) -> Result<ArchiveProps> {
+        let p = ArchiveProps::new(
+            self.chunk_size,
+            self.pack_threshold,
+            self.pack_size,
+            self.level,
+        );
+        p.validate()?;
+        Ok(p)
+    }
+}
 
 /// How a command ends: its exit code, or its error on stderr and 1 (3 for
 /// the commands whose 1 and 2 are answers, `meta` and `packages`:

@@ -11,10 +11,10 @@ use std::process::ExitCode;
 
 use anyhow::{bail, Context, Result};
 use clap::{Args, Parser, Subcommand};
-use znippy_cli::{gather, meta_args, threads};
+use znippy_cli::{gather, meta_args, threads, PropsArgs};
 use znippy_format::{
-    extract_all_with, undo_path, walk, Archive, ArchiveProps, ExtractOptions, Found, InputFile,
-    MetaUpdate, Metadata, Plugins, Recovery, Scan, ScanOptions, TarEntries, WALK_STACK,
+    extract_all_with, undo_path, walk, Archive, ExtractOptions, Found, InputFile, MetaUpdate,
+    Metadata, Plugins, Recovery, Scan, ScanOptions, TarEntries, WALK_STACK,
 };
 
 use znippy_cli::output::Output;
@@ -101,20 +101,8 @@ struct CompressArgs {
     /// Compression threads (default: all cores).
     #[arg(long)]
     threads: Option<usize>,
-    /// zstd level.
-    #[arg(long, default_value_t = ArchiveProps::default().level)]
-    level: i32,
-    /// Size of the pieces large files are cut into, in bytes.
-    #[arg(long, default_value_t = ArchiveProps::default().chunk_size)]
-    chunk_size: u64,
-    /// Files up to this size are packed together, in bytes.
-    #[arg(long, default_value_t = ArchiveProps::default().pack_threshold)]
-    pack_threshold: u64,
-    /// The most bytes a pack of small files holds, from --pack-threshold to
-    /// --chunk-size: getting a small file decodes its pack up to it
-    /// [default: 524288 within those bounds].
-    #[arg(long)]
-    pack_size: Option<u64>,
+    #[command(flatten)]
+    props: PropsArgs,
     /// Metadata about a file: 'path=key=value' (value '@file' reads bytes).
     #[arg(long = "meta", value_name = "PATH=KEY=VALUE")]
     meta: Vec<String>,
@@ -307,23 +295,13 @@ fn compress(args: CompressArgs) -> Result<()> {
         tree,
         output,
         threads: t,
-        level,
-        chunk_size,
-        pack_threshold,
-        pack_size,
+        props,
         meta,
         meta_archive,
         plugins,
     } = args;
     let plugins = plugins.plugins()?;
-    let props = ArchiveProps {
-        chunk_size,
-        pack_threshold,
-        pack_size: pack_size
-            .unwrap_or_else(|| ArchiveProps::pack_size_for(chunk_size, pack_threshold)),
-        level,
-    };
-    props.validate()?;
+    let props = props.props()?;
     let meta = match meta_args::table(&meta, &meta_archive)? {
         Some(t) => Metadata::Present(t),
         None => Metadata::Absent,

@@ -251,6 +251,50 @@ fn get_list_info_and_help() {
 /// `-o` onto something that is not a regular file writes through it: a
 /// rename over `/dev/null` would, as root, leave a regular file there. A
 /// FIFO and a link stand in for the device here.
+/// `--pack-size` is taken as given, or defaults to 512 KiB within the
+/// threshold and the chunk size; out of those bounds it is refused before
+/// the output is made.
+#[test]
+fn the_pack_size_is_asked_for_or_fits_the_other_properties() {
+    let tmp = tempfile::tempdir().unwrap();
+    let src = tmp.path().join("src");
+    tree(&src);
+    let arc = tmp.path().join("a.znippy");
+    for (args, want) in [
+        (
+            &[][..],
+            "chunk_size=1572864 pack_threshold=524288 pack_size=524288",
+        ),
+        (
+            &["--chunk-size", "262144", "--pack-threshold", "65536"][..],
+            "chunk_size=262144 pack_threshold=65536 pack_size=262144",
+        ),
+        (
+            &["--chunk-size", "4194304", "--pack-threshold", "1048576"][..],
+            "chunk_size=4194304 pack_threshold=1048576 pack_size=1048576",
+        ),
+        (
+            &["--pack-size", "700000"][..],
+            "chunk_size=1572864 pack_threshold=524288 pack_size=700000",
+        ),
+    ] {
+        ok(&[&["compress", s(&src), "-o", s(&arc)][..], args].concat());
+        let info = String::from_utf8(ok(&["info", s(&arc)]).stdout).unwrap();
+        assert!(info.contains(want), "{args:?}: {info}");
+        std::fs::remove_file(&arc).unwrap();
+    }
+    for bad in ["100", "2000000"] {
+        let out = znippy(&["compress", s(&src), "-o", s(&arc), "--pack-size", bad]);
+        assert_eq!(out.status.code(), Some(1), "--pack-size {bad}");
+        assert!(
+            String::from_utf8_lossy(&out.stderr).contains("pack_size"),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(!arc.exists(), "--pack-size {bad}");
+    }
+}
+
 #[test]
 fn an_output_that_is_not_a_regular_file_is_written_through() {
     use std::os::unix::fs::FileTypeExt;

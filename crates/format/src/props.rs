@@ -32,17 +32,13 @@ pub struct ArchiveProps {
 
 impl Default for ArchiveProps {
     fn default() -> Self {
-        ArchiveProps {
-            chunk_size: 1536 << 10,
-            pack_threshold: 512 << 10,
-            pack_size: DEFAULT_PACK_SIZE,
-            level: 3,
-        }
+        ArchiveProps::new(1536 << 10, 512 << 10, None, 3)
     }
 }
 
-/// The default pack size (docs/benchmarks.md, "Packs of 512 KiB").
-pub const DEFAULT_PACK_SIZE: u64 = 512 << 10;
+/// The pack size when none is asked for, within the other properties'
+/// bounds (docs/benchmarks.md, "Packs of 512 KiB, and format version 9").
+const DEFAULT_PACK_SIZE: u64 = 512 << 10;
 
 pub(crate) const KEY_CHUNK_SIZE: &str = "znippy.chunk_size";
 pub(crate) const KEY_PACK_THRESHOLD: &str = "znippy.pack_threshold";
@@ -51,10 +47,17 @@ pub(crate) const KEY_CODEC: &str = "znippy.codec";
 pub(crate) const KEY_LEVEL: &str = "znippy.level";
 
 impl ArchiveProps {
-    /// The pack size a writer uses when none is asked for: the default,
-    /// within `pack_threshold..=chunk_size`.
-    pub fn pack_size_for(chunk_size: u64, pack_threshold: u64) -> u64 {
-        DEFAULT_PACK_SIZE.max(pack_threshold).min(chunk_size)
+    /// Properties with `pack_size` as asked or, when it is not, 512 KiB
+    /// within `pack_threshold..=chunk_size`; [`ArchiveProps::validate`] checks
+    /// them.
+    pub fn new(chunk_size: u64, pack_threshold: u64, pack_size: Option<u64>, level: i32) -> Self {
+        ArchiveProps {
+            chunk_size,
+            pack_threshold,
+            pack_size: pack_size
+                .unwrap_or_else(|| DEFAULT_PACK_SIZE.max(pack_threshold).min(chunk_size)),
+            level,
+        }
     }
 
     /// Checks every property against its allowed range.

@@ -156,16 +156,13 @@ pub(crate) struct ArchiveList {
 pub(crate) async fn create(State(app): State<AppState>, body: Body) -> Result<Response, ApiError> {
     let req: Create = read_json(body).await?;
     let d = ArchiveProps::default();
-    let chunk_size = req.chunk_size.unwrap_or(d.chunk_size);
-    let pack_threshold = req.pack_threshold.unwrap_or(d.pack_threshold);
     let opts = CreateOptions {
-        props: ArchiveProps {
-            chunk_size,
-            pack_threshold,
-            pack_size: (req.pack_size)
-                .unwrap_or_else(|| ArchiveProps::pack_size_for(chunk_size, pack_threshold)),
-            level: req.level.unwrap_or(d.level),
-        },
+        props: ArchiveProps::new(
+            req.chunk_size.unwrap_or(d.chunk_size),
+            req.pack_threshold.unwrap_or(d.pack_threshold),
+            req.pack_size,
+            req.level.unwrap_or(d.level),
+        ),
         with_meta: req.metadata,
         plugins: req.plugins,
         repo: req.repo,

@@ -525,7 +525,7 @@ json_schema! {
                 "type": "object",
                 "additionalProperties": {"type": "string"},
                 "description": "The archive's catalog properties: znippy.chunk_size, \
-                    znippy.pack_threshold, znippy.level, znippy.has_meta, znippy.state, and once \
+                    znippy.pack_threshold, znippy.pack_size, znippy.level, znippy.has_meta, znippy.state, and once \
                     sealed znippy.sealed_path, znippy.sealed_len."
             }
         }

@@ -6,29 +6,18 @@ use std::path::PathBuf;
 
 use anyhow::{bail, Context, Result};
 use clap::Subcommand;
-use znippy_format::{ArchiveProps, ScanOptions};
+use znippy_format::ScanOptions;
 use znippy_store::{CreateOptions, SealedAt, Store, StoreOptions};
 
-use znippy_cli::{gather, meta_args, print_meta};
+use znippy_cli::{gather, meta_args, print_meta, PropsArgs};
 
 #[derive(Subcommand)]
 pub enum LiveCmd {
     /// Create a live archive.
     Create {
         id: String,
-        /// Size of the pieces large files are cut into, in bytes.
-        #[arg(long, default_value_t = ArchiveProps::default().chunk_size)]
-        chunk_size: u64,
-        /// Files up to this size are packed together, in bytes.
-        #[arg(long, default_value_t = ArchiveProps::default().pack_threshold)]
-        pack_threshold: u64,
-        /// The most bytes a pack of small files holds, from --pack-threshold
-        /// to --chunk-size [default: 524288 within those bounds].
-        #[arg(long)]
-        pack_size: Option<u64>,
-        /// zstd level.
-        #[arg(long, default_value_t = ArchiveProps::default().level)]
-        level: i32,
+        #[command(flatten)]
+        props: PropsArgs,
         /// Start with an (empty) metadata section.
         #[arg(long)]
         with_meta: bool,
@@ -140,21 +129,12 @@ async fn command(store: &Store, cmd: LiveCmd) -> Result<std::process::ExitCode> 
     match cmd {
         LiveCmd::Create {
             id,
-            chunk_size,
-            pack_threshold,
-            pack_size,
-            level,
+            props,
             with_meta,
             repo,
             no_plugins,
         } => {
-            let props = ArchiveProps {
-                chunk_size,
-                pack_threshold,
-                pack_size: pack_size
-                    .unwrap_or_else(|| ArchiveProps::pack_size_for(chunk_size, pack_threshold)),
-                level,
-            };
+            let props = props.props()?;
             store
                 .create(
                     &id,
