@@ -313,7 +313,7 @@ fn get<R: ReadAt>(a: &Archive<R>, args: &GetArgs) -> Result<()> {
         None => {
             let mut out = BufWriter::new(std::io::stdout().lock());
             let e = a
-                .read_entry(path, &mut out)
+                .read_entry_on(path, &mut out, 0)
                 .map_err(|e| not_a_file(a, path, e))?;
             out.flush()?;
             match e.kind()? {
@@ -328,7 +328,7 @@ fn get<R: ReadAt>(a: &Archive<R>, args: &GetArgs) -> Result<()> {
             output::not_the_input(dest, &args.archive.archive)?;
             let mut out = Output::create(dest)?;
             let entry = a
-                .read_entry(path, &mut out)
+                .read_entry_on(path, &mut out, 0)
                 .map_err(|e| not_a_file(a, path, e))?;
             if entry.kind()? == Kind::Symlink {
                 // The link itself, as extraction makes it, its target read

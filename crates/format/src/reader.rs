@@ -800,11 +800,16 @@ impl<R: ReadAt> Archive<R> {
     /// [`Archive::read_file`], returning the entry it read: a caller learns
     /// whether it was a link or a directory from the same lookup.
     pub fn read_entry(&self, path: &str, out: &mut dyn Write) -> Result<Entry> {
+        self.read_entry_on(path, out, 1)
+    }
+
+    /// [`Archive::read_entry`], the pieces of a large file read and decoded
+    /// on up to `threads` threads ([`BlobRegion::write_file_on`]).
+    pub fn read_entry_on(&self, path: &str, out: &mut dyn Write, threads: usize) -> Result<Entry> {
         let rows = self.slices(path)?;
-        let mut scratch = BlobScratch::default();
         let size = self
             .region()
-            .write_range(&self.src, &rows, 0..u64::MAX, out, &mut scratch)?;
+            .write_file_on(&self.src, &rows, out, threads)?;
         Ok(Entry {
             path: path.to_string(),
             size,

@@ -10,7 +10,7 @@ use std::path::Path;
 use common::*;
 use sha2::{Digest, Sha256};
 use znippy_format::{
-    compress, extract_all, scan_dir, Archive, ArchiveProps, Metadata, ScanOptions,
+    compress, extract_all, scan_dir, Archive, ArchiveProps, Error, Metadata, ScanOptions,
 };
 
 fn compress_dir(dir: &Path, out: &Path, props: ArchiveProps, threads: usize) {
@@ -200,5 +200,80 @@ fn modes_are_kept() {
     for (p, m) in [("x", 0o700), ("y", 0o640)] {
         let got = std::fs::metadata(out.join(p)).unwrap().permissions().mode() & 0o7777;
         assert_eq!(got, m, "{p}");
+    }
+}
+
+/// A file of many pieces read on several threads is the file, and what one
+/// thread reads: its bytes and its errors. A damaged piece in the middle,
+/// or an output that fails, ends the read with that error and never hangs.
+#[test]
+fn a_file_of_many_pieces_reads_the_same_on_any_number_of_threads() {
+    use std::io::Write;
+
+    let props = ArchiveProps {
+        chunk_size: 4 << 10,
+        pack_threshold: 1 << 10,
+        pack_size: 4 << 10,
+        level: 3,
+    };
+    // Text and noise, and a piece repeated, so pieces are compressed, raw
+    // and deduplicated.
+    let mut big = noise(1, 100 << 10);
+    big.extend((0..20_000u32).flat_map(|i| format!("{i}\n").into_bytes()));
+    big.extend(big[..8 << 10].to_vec());
+    let files = vec![
+        ("big".to_string(), big.clone()),
+        ("s".to_string(), b"x".to_vec()),
+    ];
+    let bytes = archive_of(&files, props, &Metadata::Absent);
+    let a = Archive::open(bytes.as_slice()).unwrap();
+    let pieces = a.slices("big").unwrap().len();
+    assert!(pieces > 30, "{pieces}");
+    for threads in [1, 2, 3, 8] {
+        let mut out = Vec::new();
+        let e = a.read_entry_on("big", &mut out, threads).unwrap();
+        assert!(out == big, "threads = {threads}");
+        assert_eq!(e.size, big.len() as u64);
+        let mut one = Vec::new();
+        a.read_entry_on("s", &mut one, threads).unwrap();
+        assert_eq!(one, b"x");
+    }
+
+    // A byte of the tenth piece's blob flipped.
+    let tenth = a.slices("big").unwrap()[10].clone();
+    let mut damaged = bytes.clone();
+    damaged[(tenth.blob_offset + tenth.blob_size / 2) as usize] ^= 0x55;
+    let d = Archive::open(damaged.as_slice()).unwrap();
+    for threads in [1, 2, 8] {
+        let err = d
+            .read_entry_on("big", &mut Vec::new(), threads)
+            .unwrap_err();
+        assert!(
+            matches!(err, Error::Checksum(_) | Error::Corrupt(_)),
+            "threads = {threads}: {err}"
+        );
+    }
+
+    /// Takes `left` bytes, then fails.
+    struct Full {
+        left: usize,
+    }
+    impl Write for Full {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            if buf.len() > self.left {
+                return Err(std::io::Error::other("disk full"));
+            }
+            self.left -= buf.len();
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    for threads in [1, 2, 8] {
+        let err = a
+            .read_entry_on("big", &mut Full { left: 20 << 10 }, threads)
+            .unwrap_err();
+        assert!(err.to_string().contains("disk full"), "{err}");
     }
 }
