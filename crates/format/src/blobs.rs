@@ -57,9 +57,10 @@ const FEED: usize = 8 << 10;
 const HUGE_PAGE_WORTH: usize = 256 << 10;
 
 /// Most bytes of slices a whole-file read on several threads holds in its
-/// buffers ([`BlobRegion::write_file_on`]), two a thread, and as much again
-/// in the threads' own blobs: ten pieces of the default 1.5 MiB; chunks of
-/// 8 MiB or more are read on one thread.
+/// buffers ([`BlobRegion::write_file_on`]), two a thread (each thread also
+/// holds the compressed blob it reads, at most half as much again): ten
+/// pieces of the default 1.5 MiB; chunks of 8 MiB or more are read on one
+/// thread.
 const IN_FLIGHT: u64 = 16 << 20;
 
 /// Largest stored size of a blob of at most `chunk_size` raw bytes.
@@ -194,22 +195,24 @@ impl BlobRegion {
         out: &mut dyn Write,
         threads: usize,
     ) -> Result<u64> {
-        if rows.len() < 2 {
+        let workers = match rows.len() {
+            0 | 1 => 1,
+            n => {
+                // Asked only here: the machine's count costs a one-file get
+                // some tenths of a millisecond (cgroup files are read).
+                let threads = match threads {
+                    0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
+                    t => t,
+                };
+                threads
+                    .min(n)
+                    .min((IN_FLIGHT / self.chunk_size) as usize / 2)
+            }
+        };
+        if workers < 2 {
             return self.write_range(src, rows, 0..u64::MAX, out, &mut BlobScratch::default());
         }
-        // Asked only now: the machine's count costs a one-file get some
-        // tenths of a millisecond (cgroup files read), and one slice needs none.
-        let threads = match threads {
-            0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
-            n => n,
-        };
-        let most = (IN_FLIGHT / self.chunk_size) as usize;
-        let workers = threads.min(rows.len()).min(most / 2);
         let buffers = 2 * workers;
-        if workers < 2 {
-            let whole = 0..u64::MAX;
-            return self.write_range(src, rows, whole, out, &mut BlobScratch::default());
-        }
         for r in rows {
             self.check(r)?;
         }
