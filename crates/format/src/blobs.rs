@@ -206,7 +206,7 @@ impl BlobRegion {
                 };
                 threads
                     .min(n)
-                    .min((IN_FLIGHT / self.chunk_size) as usize / 2)
+                    .min((IN_FLIGHT / self.chunk_size.max(1)) as usize / 2)
             }
         };
         if workers < 2 {
@@ -307,9 +307,7 @@ impl BlobRegion {
         out: &mut [u8],
     ) -> Result<Range<usize>> {
         self.check(row)?;
-        // check() bounded the end by the chunk size, so this cannot overflow.
-        let at = row.blob_inner_offset as usize
-            ..(row.blob_inner_offset + row.uncompressed_size) as usize;
+        let at = slice_range(row);
         if !row.compressed {
             let got = &mut out[..at.len()];
             read_at(src, got, row.blob_offset + at.start as u64, "blob")?;
@@ -322,10 +320,7 @@ impl BlobRegion {
         let n = dctx
             .decompress_to_buffer(raw.as_slice(), &mut out[..size])
             .map_err(|e| Error::corrupt(format!("blob at {}: {e}", row.blob_offset)))?;
-        let bytes = out[..n].get(at.clone()).ok_or_else(|| {
-            Error::corrupt(format!("{}: slice lies past its blob", row.relative_path))
-        })?;
-        checked(row, bytes)?;
+        slice_of(row, &out[..n])?;
         Ok(at)
     }
 }
@@ -404,16 +399,23 @@ impl WholeBlob {
         } else {
             &self.raw
         };
-        // check() bounded the end by the chunk size, so this cannot overflow.
-        let (start, end) = (
-            row.blob_inner_offset as usize,
-            (row.blob_inner_offset + row.uncompressed_size) as usize,
-        );
-        let bytes = data.get(start..end).ok_or_else(|| {
-            Error::corrupt(format!("{}: slice lies past its blob", row.relative_path))
-        })?;
-        checked(row, bytes)
+        slice_of(row, data)
     }
+}
+
+/// Where the slice `row` lies in its decoded blob; [`BlobRegion::check`]
+/// bounded its end by the chunk size, so this cannot overflow.
+fn slice_range(row: &SliceRow) -> Range<usize> {
+    row.blob_inner_offset as usize..(row.blob_inner_offset + row.uncompressed_size) as usize
+}
+
+/// The slice `row` out of its whole decoded blob `data`, checked against
+/// its BLAKE3.
+fn slice_of<'d>(row: &SliceRow, data: &'d [u8]) -> Result<&'d [u8]> {
+    let bytes = data.get(slice_range(row)).ok_or_else(|| {
+        Error::corrupt(format!("{}: slice lies past its blob", row.relative_path))
+    })?;
+    checked(row, bytes)
 }
 
 /// Decodes the frame of `row`'s blob until at least `end` bytes are out, reading

@@ -40,6 +40,9 @@ impl Default for ArchiveProps {
 /// bounds (docs/benchmarks.md, "Packs of 512 KiB, and format version 9").
 const DEFAULT_PACK_SIZE: u64 = 512 << 10;
 
+/// The first format version that records `pack_size`.
+const PACK_SIZE_SINCE: u32 = 9;
+
 pub(crate) const KEY_CHUNK_SIZE: &str = "znippy.chunk_size";
 pub(crate) const KEY_PACK_THRESHOLD: &str = "znippy.pack_threshold";
 pub(crate) const KEY_PACK_SIZE: &str = "znippy.pack_size";
@@ -97,7 +100,7 @@ impl ArchiveProps {
     pub(crate) fn to_metadata(self, md: &mut HashMap<String, String>, version: u32) {
         md.insert(KEY_CHUNK_SIZE.into(), self.chunk_size.to_string());
         md.insert(KEY_PACK_THRESHOLD.into(), self.pack_threshold.to_string());
-        if version >= 9 {
+        if version >= PACK_SIZE_SINCE {
             md.insert(KEY_PACK_SIZE.into(), self.pack_size.to_string());
         }
         md.insert(KEY_CODEC.into(), CODEC.into());
@@ -124,9 +127,9 @@ impl ArchiveProps {
         let props = ArchiveProps {
             chunk_size,
             pack_threshold: num(md, KEY_PACK_THRESHOLD)?,
-            pack_size: match version {
-                9.. => num(md, KEY_PACK_SIZE)?,
-                _ => chunk_size,
+            pack_size: match version >= PACK_SIZE_SINCE {
+                true => num(md, KEY_PACK_SIZE)?,
+                false => chunk_size,
             },
             level: num(md, KEY_LEVEL)?,
         };

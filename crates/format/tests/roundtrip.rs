@@ -226,14 +226,20 @@ fn a_file_of_many_pieces_reads_the_same_on_any_number_of_threads() {
         ("s".to_string(), b"x".to_vec()),
     ];
     let bytes = archive_of(&files, props, &Metadata::Absent);
-    let a = Archive::open(bytes.as_slice()).unwrap();
+    let src = Recording::new(bytes.clone());
+    let a = Archive::open(std::sync::Arc::clone(&src)).unwrap();
     let pieces = a.slices("big").unwrap().len();
     assert!(pieces > 30, "{pieces}");
+    let me = std::thread::current().id();
     for threads in [1, 2, 3, 8] {
+        src.readers.lock().unwrap().clear();
         let mut out = Vec::new();
         let e = a.read_entry_on("big", &mut out, threads).unwrap();
         assert!(out == big, "threads = {threads}");
         assert_eq!(e.size, big.len() as u64);
+        // One thread reads on the caller's; more read the blobs elsewhere.
+        let others = src.readers.lock().unwrap().iter().any(|t| *t != me);
+        assert_eq!(others, threads > 1, "threads = {threads}");
         let mut one = Vec::new();
         a.read_entry_on("s", &mut one, threads).unwrap();
         assert_eq!(one, b"x");

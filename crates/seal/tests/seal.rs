@@ -108,9 +108,16 @@ async fn a_live_archive_from_before_pack_size_packs_up_to_chunk_size() {
 
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path();
+    // Chunks above the default pack size, so that packing up to chunk_size
+    // and taking the default tell apart.
+    let then = ArchiveProps {
+        chunk_size: 1 << 20,
+        pack_size: 1 << 20,
+        ..props()
+    };
     let small_packs = ArchiveProps {
         pack_size: 32 << 10,
-        ..props()
+        ..then
     };
     let store = Store::open(dir, 2).await.unwrap();
     let opts = CreateOptions {
@@ -136,23 +143,34 @@ async fn a_live_archive_from_before_pack_size_packs_up_to_chunk_size() {
         catalog.update_namespace(&ns, p).await.unwrap();
     }
     let store = Store::open(dir, 2).await.unwrap();
-    assert_eq!(store.info("a").await.unwrap().props, props());
-    // 60,000 bytes: one pack up to chunk_size, two of 32 KiB.
-    let files: Batch = vec![
-        ("s0", text(60, 15_000)),
-        ("s1", text(61, 15_000)),
-        ("s2", text(62, 15_000)),
-        ("s3", text(63, 15_000)),
-    ];
-    store.append("a", inputs(&files), None).await.unwrap();
+    assert_eq!(store.info("a").await.unwrap().props, then);
+    // 600,000 bytes: one pack up to chunk_size, two of the default 512 KiB.
+    let files: Vec<(String, Vec<u8>)> = (0..40)
+        .map(|i| (format!("s{i:02}"), text(60 + i, 15_000)))
+        .collect();
+    let batch = || -> Vec<InputFile> {
+        files
+            .iter()
+            .map(|(p, d)| InputFile::from_bytes(p.as_str(), d.clone(), Some(0o644)))
+            .collect()
+    };
+    store.append("a", batch(), None).await.unwrap();
     let r = seal(&store, "a", None).await.unwrap();
     let sealed = std::fs::read(r.at.file().unwrap()).unwrap();
-    assert!(
-        sealed == one_shot(&[files], &Metadata::Absent),
-        "as compress packed then"
-    );
+    let mut then_compressed = Vec::new();
+    let b = vec![batch().into_iter().map(Ok).collect::<Vec<_>>()];
+    compress(
+        &mut then_compressed,
+        b,
+        then,
+        2,
+        &Metadata::Absent,
+        &mut |_| {},
+    )
+    .unwrap();
+    assert!(sealed == then_compressed, "as compress packed then");
     let a = Archive::open(sealed.as_slice()).unwrap();
-    assert_eq!(a.props().pack_size, 64 << 10);
+    assert_eq!(a.props().pack_size, 1 << 20);
     let rows = a.data_rows().unwrap();
     assert!(
         rows.iter().all(|r| r.blob_offset == rows[0].blob_offset),

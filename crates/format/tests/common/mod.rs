@@ -58,6 +58,8 @@ pub fn small_props() -> ArchiveProps {
 pub struct Recording {
     pub bytes: Vec<u8>,
     pub reads: Mutex<Vec<(u64, u64)>>,
+    /// The threads that read.
+    pub readers: Mutex<std::collections::HashSet<std::thread::ThreadId>>,
 }
 
 impl Recording {
@@ -65,6 +67,7 @@ impl Recording {
         Arc::new(Recording {
             bytes,
             reads: Mutex::new(Vec::new()),
+            readers: Mutex::default(),
         })
     }
     pub fn take(&self) -> Vec<(u64, u64)> {
@@ -78,6 +81,10 @@ impl Recording {
 impl ReadAt for Recording {
     fn read_exact_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
         self.reads.lock().unwrap().push((offset, buf.len() as u64));
+        self.readers
+            .lock()
+            .unwrap()
+            .insert(std::thread::current().id());
         self.bytes.as_slice().read_exact_at(buf, offset)
     }
     fn size(&self) -> io::Result<u64> {
