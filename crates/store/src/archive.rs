@@ -477,7 +477,8 @@ impl LiveArchive {
     /// Loads an archive from its tables, truncating the sidecar to the committed
     /// end, rolling a half-finished meta commit forward, laying out the
     /// tables' path view again (a power cut can leave it a commit behind),
-    /// and retiring the files a crash left in the tables' directories.
+    /// and retiring the files a crash left in the tables' directories
+    /// (unless the last close left them clean, `swept.rs`).
     pub(crate) async fn open(
         catalog: &Backend,
         id: &str,
@@ -517,8 +518,7 @@ impl LiveArchive {
             // by now, so what no snapshot names is an orphan.
             let idents = package_tables.iter().map(|(_, ident)| ident);
             for ident in [&files_ident, &meta_ident].into_iter().chain(idents) {
-                let swept = async { redb.sweep(&catalog.load_table(ident).await?).await };
-                if let Err(e) = swept.await {
+                if let Err(e) = redb.sweep_unless_clean(ident).await {
                     tracing::warn!("sweeping {ident} of what a crash left: {e}");
                 }
             }

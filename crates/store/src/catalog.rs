@@ -1,12 +1,14 @@
 //! `RedbCatalog`: an Iceberg catalog whose pointers live in one redb file.
 //!
-//! The catalog keeps two maps in `catalog.redb`: namespaces (with properties) and
-//! tables (with the location of their current metadata file). Table metadata,
-//! manifests and data files live in the warehouse directory, as in any Iceberg
-//! catalog. A commit writes the next metadata file, makes it and everything the
-//! new snapshot added durable (fsync), then swaps the table's pointer in one redb
-//! write transaction, comparing it with the pointer the commit started from. A
-//! commit that lost that race gets iceberg's retryable `CatalogCommitConflicts`,
+//! The catalog keeps three maps in `catalog.redb`: namespaces (with properties),
+//! tables (with the location of their current metadata file), and the marks
+//! of tables a clean close found holding only files their snapshots name
+//! (`swept.rs`). Table metadata, manifests and data files live in the
+//! warehouse directory, as in any Iceberg catalog. A commit writes the next
+//! metadata file, makes it and everything the new snapshot added durable
+//! (fsync), then swaps the table's pointer in one redb write transaction,
+//! comparing it with the pointer the commit started from. A commit that lost
+//! that race gets iceberg's retryable `CatalogCommitConflicts`,
 //! so `Transaction::commit` rebuilds it on the new state and tries again.
 //!
 //! After every swap the table's metadata directory is laid out for engines
@@ -45,6 +47,7 @@ use znippy_format::durable::{sync_dir, sync_parents};
 
 use crate::db_file::DbFile;
 use crate::storage::{self, DurableFsFactory};
+use crate::swept::{Opened, SWEPT};
 use crate::tables;
 
 /// Snapshot-summary key holding the end of an archive's committed blob region.
@@ -62,7 +65,7 @@ fn ns_key(ns: &NamespaceIdent) -> String {
         .join(&SEP.to_string())
 }
 
-fn table_key(t: &TableIdent) -> String {
+pub(crate) fn table_key(t: &TableIdent) -> String {
     format!("{}{SEP}{SEP}{}", ns_key(t.namespace()), t.name())
 }
 
@@ -138,6 +141,9 @@ pub struct RedbCatalog {
     /// kept for `maintenance::RETIRED_FOR`, for the readers still on the
     /// snapshots that named them.
     retired: Arc<Mutex<Retired>>,
+    /// The tables opened in this process, each with a digest of the names
+    /// below it once it was clean (`swept.rs`).
+    opened: Arc<Mutex<Opened>>,
 }
 
 /// Batches of retired files, oldest first, each with when it was retired.
@@ -162,6 +168,7 @@ impl RedbCatalog {
             let tx = db.begin_write().map_err(db_err)?;
             tx.open_table(NAMESPACES).map_err(db_err)?;
             tx.open_table(TABLES).map_err(db_err)?;
+            tx.open_table(SWEPT).map_err(db_err)?;
             tx.commit().map_err(db_err)?;
             Ok(db)
         })
@@ -176,7 +183,44 @@ impl RedbCatalog {
             hints: Arc::default(),
             headers: Arc::default(),
             retired: Arc::default(),
+            opened: Arc::default(),
         })
+    }
+
+    /// The tables opened in this process, for their close (`swept.rs`).
+    pub(crate) fn opened(&self) -> std::sync::MutexGuard<'_, Opened> {
+        lock(&self.opened)
+    }
+
+    /// The digest a clean close recorded for the table `key`.
+    pub(crate) async fn swept_mark(&self, key: &str) -> Result<Option<[u8; 32]>> {
+        let (db, key) = (Arc::clone(&self.db), key.to_string());
+        blocking(move || {
+            let tx = db.begin_read().map_err(db_err)?;
+            let t = tx.open_table(SWEPT).map_err(db_err)?;
+            Ok(t.get(key.as_str()).map_err(db_err)?.map(|v| *v.value()))
+        })
+        .await
+    }
+
+    /// Records `marks` (a table key, the digest of its names) from a clean
+    /// close, for the tables the catalog still has.
+    pub(crate) async fn mark_swept(&self, marks: Vec<(String, [u8; 32])>) -> Result<()> {
+        let db = Arc::clone(&self.db);
+        blocking(move || {
+            let tx = db.begin_write().map_err(db_err)?;
+            {
+                let tables = tx.open_table(TABLES).map_err(db_err)?;
+                let mut swept = tx.open_table(SWEPT).map_err(db_err)?;
+                for (key, names) in &marks {
+                    if tables.get(key.as_str()).map_err(db_err)?.is_some() {
+                        swept.insert(key.as_str(), names).map_err(db_err)?;
+                    }
+                }
+            }
+            tx.commit().map_err(db_err)
+        })
+        .await
     }
 
     /// Keeps `files`, which no snapshot of the table names any more, until
@@ -349,9 +393,14 @@ impl RedbCatalog {
         let dir = link.parent().unwrap_or(Path::new("."));
         // A version's link is made once, unless an open lays out the version
         // a commit already did: then it is replaced through a temporary name,
-        // as a reader must never miss it.
+        // as a reader must never miss it, unless it is that version's link
+        // already (a rename between two names of one file does nothing, and
+        // would leave the temporary name behind at every open).
         match std::fs::hard_link(&location, &link) {
             Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+                if same_file(&location, &link) {
+                    return Self::write_hint(dir, version).map_err(io);
+                }
                 let tmp = dir.join(format!(".v{version}.{}.tmp", std::process::id()));
                 let _ = std::fs::remove_file(&tmp);
                 std::fs::hard_link(&location, &tmp).map_err(io)?;
@@ -359,9 +408,15 @@ impl RedbCatalog {
             }
             linked => linked.map_err(io)?,
         }
+        Self::write_hint(dir, version).map_err(io)
+    }
+
+    /// Points `dir`'s `version-hint.text` at `version`, through a
+    /// temporary name.
+    fn write_hint(dir: &Path, version: u64) -> std::io::Result<()> {
         let tmp = dir.join(format!(".version-hint.{}.tmp", std::process::id()));
-        std::fs::write(&tmp, version.to_string()).map_err(io)?;
-        std::fs::rename(&tmp, dir.join("version-hint.text")).map_err(io)
+        std::fs::write(&tmp, version.to_string())?;
+        std::fs::rename(&tmp, dir.join("version-hint.text"))
     }
 
     /// Makes the names of the new metadata file and of the manifest list and
@@ -525,6 +580,15 @@ impl RedbCatalog {
             tx.commit().map_err(db_err)
         })
         .await
+    }
+}
+
+/// Whether `a` and `b` name one file.
+fn same_file(a: &Path, b: &Path) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    match (std::fs::metadata(a), std::fs::metadata(b)) {
+        (Ok(a), Ok(b)) => (a.dev(), a.ino()) == (b.dev(), b.ino()),
+        _ => false,
     }
 }
 
@@ -776,6 +840,10 @@ impl Catalog for RedbCatalog {
                         format!("no table {name}"),
                     ));
                 }
+                tx.open_table(SWEPT)
+                    .map_err(db_err)?
+                    .remove(key.as_str())
+                    .map_err(db_err)?;
             }
             tx.commit().map_err(db_err)
         })
@@ -826,6 +894,9 @@ impl Catalog for RedbCatalog {
                 }
                 t.remove(from.as_str()).map_err(db_err)?;
                 t.insert(to.as_str(), loc.as_str()).map_err(db_err)?;
+                let mut swept = tx.open_table(SWEPT).map_err(db_err)?;
+                swept.remove(from.as_str()).map_err(db_err)?;
+                swept.remove(to.as_str()).map_err(db_err)?;
             }
             tx.commit().map_err(db_err)
         })
@@ -876,5 +947,36 @@ impl Catalog for RedbCatalog {
             before.zip(after),
         )
         .await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Laying out a version already laid out (every open does, after the
+    /// commit that did) leaves the directory as it was: no temporary name,
+    /// whose new name would also cost the next open its skipped sweep.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn laying_out_a_version_twice_leaves_no_temporary_name() {
+        let tmp = tempfile::tempdir().unwrap();
+        let (c, ns) = tables::test_catalog(tmp.path()).await;
+        let table = c.create_table(&ns, tables::one_column("t")).await.unwrap();
+        let dir = local_path(metadata_location_of(&table).unwrap());
+        let dir = dir.parent().unwrap();
+        let names = || {
+            let mut names: Vec<String> = std::fs::read_dir(dir)
+                .unwrap()
+                .map(|e| e.unwrap().file_name().into_string().unwrap())
+                .collect();
+            names.sort();
+            names
+        };
+        let laid_out = names();
+        assert!(laid_out.contains(&"v0.metadata.json".to_string()));
+        for _ in 0..2 {
+            c.lay_out(table.identifier()).await;
+            assert_eq!(names(), laid_out);
+        }
     }
 }

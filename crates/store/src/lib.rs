@@ -42,7 +42,8 @@
 //!   home of the blobs); `remote.rs`: connecting to a REST catalog and S3.
 //! - `blobs.rs`: an archive's blob region, a sidecar or segments.
 //! - `maintenance.rs`: rewrites and expiry, which keep the tables small off
-//!   the appends' path.
+//!   the appends' path, and the sweep of what a crash left; `swept.rs`: the
+//!   tables a clean close marked, which their next open need not sweep.
 //! - `tables.rs`: the `files` and `meta` tables: schemas, rows to Arrow and back,
 //!   writing data files.
 //! - `catalog.rs`: [`RedbCatalog`], an Iceberg catalog whose table pointers live
@@ -89,6 +90,7 @@ mod segments;
 mod sidecar;
 mod snapshot;
 mod storage;
+mod swept;
 mod tables;
 
 use std::collections::{HashMap, HashSet};
@@ -792,10 +794,11 @@ impl Store {
         self.changes.close();
         self.changes.wait().await;
         // What expiries unlinked is kept for the readers of this process's
-        // tables; left behind, nothing would ever delete it.
+        // tables; left behind, nothing would ever delete it. Then the tables
+        // proven clean are marked, so that the next open need not sweep them.
         if let Some(redb) = self.catalog.redb() {
-            if let Err(e) = redb.remove_retired(std::time::Duration::ZERO).await {
-                tracing::warn!("deleting the files expiries unlinked: {e}");
+            if let Err(e) = redb.close().await {
+                tracing::warn!("closing the catalog: {e}");
             }
         }
     }

@@ -401,7 +401,8 @@ impl RedbCatalog {
     /// those of a rewrite cut short, and those an expiry was keeping for
     /// readers (a reader that planned before the crash may still be reading
     /// them, hence retired, not deleted); and deletes the metadata files its
-    /// log no longer names. Returns how many files it retired.
+    /// log no longer names, and the temporary names of a path layout cut
+    /// short. Returns how many files it retired.
     ///
     /// For an archive's open, before any change to it and any maintenance
     /// of it can start: every file a change writes is named by its commit,
@@ -430,7 +431,9 @@ impl RedbCatalog {
         if swept > 0 {
             self.retire(orphans);
         }
-        storage::remove(unlogged_metadata(table)?).await?;
+        let mut gone = unlogged_metadata(table)?;
+        gone.extend(layout_leftovers(&root.join("metadata")));
+        storage::remove(gone).await?;
         Ok(swept)
     }
 
@@ -489,6 +492,21 @@ fn unlogged_metadata(table: &Table) -> iceberg::Result<Vec<PathBuf>> {
         .into_iter()
         .filter(|p| !logged.contains(p))
         .collect())
+}
+
+/// The temporary names `RedbCatalog::lay_out_at` makes in a table's
+/// `metadata/` (`.vN.PID.tmp`, `.version-hint.PID.tmp`), which a crash in
+/// the middle of one leaves, and which a layout of a version already laid
+/// out left at every open before it checked for that.
+fn layout_leftovers(dir: &Path) -> Vec<PathBuf> {
+    files_named(dir, ".tmp")
+        .into_iter()
+        .filter(|p| {
+            p.file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(|n| n.starts_with(".v"))
+        })
+        .collect()
 }
 
 /// The files below `dir` whose names end with `suffix`; none if it cannot
@@ -718,6 +736,12 @@ mod tests {
         let uncommitted = local_path(uncommitted[0].file_path());
         let foreign = uncommitted.with_file_name("notes.txt");
         std::fs::write(&foreign, "mine").unwrap();
+        // A path layout cut short, before its rename.
+        let current = local_path(table.metadata_location().unwrap());
+        let leftovers =
+            [".v9.4242.tmp", ".version-hint.4242.tmp"].map(|n| current.with_file_name(n));
+        std::fs::hard_link(&current, &leftovers[0]).unwrap();
+        std::fs::write(&leftovers[1], "9").unwrap();
         // The crash: the catalog goes without deleting what it retired.
         drop((c, table));
         let c = RedbCatalog::open(&tmp.path().join("c.redb"), &tmp.path().join("w"))
@@ -736,9 +760,89 @@ mod tests {
             assert!(!p.exists(), "{} is left", p.display());
         }
         assert!(unnamed(&c, &table).await.is_empty());
+        assert!(leftovers.iter().all(|p| !p.exists()));
         assert!(foreign.exists());
         let want: Vec<i64> = (0..=2 * EXPIRE_AT as i64).collect();
         assert_eq!(values(&c, &ident).await, want);
+    }
+
+    /// A data file written into `ident`'s directory and never committed: what
+    /// a change that failed, or a crash, leaves.
+    async fn stray(c: &RedbCatalog, ident: &TableIdent) -> PathBuf {
+        let table = c.load_table(ident).await.unwrap();
+        let batch =
+            RecordBatch::try_from_iter([("n", Arc::new(Int64Array::from(vec![-1])) as _)]).unwrap();
+        let written = tables::write_data_file(&table, batch).await.unwrap();
+        local_path(written[0].file_path())
+    }
+
+    /// A clean close marks each table it opened once it is clean, sweeping
+    /// again one whose session left a file behind; an open skips the sweep
+    /// only of a table whose names are still the ones its mark recorded, so
+    /// a crash, or a writer that knows no marks, leaves it to the sweep.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_clean_close_spares_the_next_open_its_sweep_and_nothing_else_does() {
+        let tmp = tempfile::tempdir().unwrap();
+        let (c, ns) = tables::test_catalog(tmp.path()).await;
+        let (db, warehouse) = (tmp.path().join("c.redb"), tmp.path().join("w"));
+        let reopen = || RedbCatalog::open(&db, &warehouse);
+        let (t, u) = (
+            TableIdent::new(ns.clone(), "t".into()),
+            TableIdent::new(ns.clone(), "u".into()),
+        );
+        for ident in [&t, &u] {
+            c.create_table(&ns, tables::one_column(ident.name()))
+                .await
+                .unwrap();
+            assert!(c.sweep_unless_clean(ident).await.unwrap(), "no mark yet");
+            append(&c, ident, &[0]).await;
+        }
+        // Expiries retire files, and a change fails after its data file.
+        append_maintained(&c, &t, 2 * EXPIRE_AT as i64).await;
+        let failed = stray(&c, &t).await;
+        c.close().await.unwrap();
+        assert!(!failed.exists(), "the close swept what its session left");
+        for ident in [&t, &u] {
+            let table = c.load_table(ident).await.unwrap();
+            assert!(unnamed(&c, &table).await.is_empty(), "{ident}");
+        }
+        drop(c);
+
+        // Marked: the open skips the sweep, a close of a session that wrote
+        // nothing marks the table again, and one it never opened keeps its
+        // mark.
+        let c = reopen().await.unwrap();
+        assert!(!c.sweep_unless_clean(&t).await.unwrap());
+        c.close().await.unwrap();
+        drop(c);
+        let c = reopen().await.unwrap();
+        for ident in [&t, &u] {
+            assert!(!c.sweep_unless_clean(ident).await.unwrap(), "{ident}");
+        }
+
+        // A crash after a change failed: the names differ, the open sweeps.
+        let crashed = stray(&c, &t).await;
+        drop(c);
+        let c = reopen().await.unwrap();
+        assert!(c.sweep_unless_clean(&t).await.unwrap());
+        c.remove_retired(Duration::ZERO).await.unwrap();
+        assert!(!crashed.exists(), "swept after a crash");
+        // A file put there by what knows no marks (an older znippy).
+        let foreign = stray(&c, &u).await;
+        assert!(c.sweep_unless_clean(&u).await.unwrap());
+        c.close().await.unwrap();
+        assert!(!foreign.exists());
+        drop(c);
+
+        // A dropped table's mark goes with it.
+        let c = reopen().await.unwrap();
+        let key = crate::catalog::table_key(&u);
+        assert!(c.swept_mark(&key).await.unwrap().is_some());
+        c.drop_table(&u).await.unwrap();
+        assert_eq!(c.swept_mark(&key).await.unwrap(), None);
+
+        let want: Vec<i64> = (0..=2 * EXPIRE_AT as i64).collect();
+        assert_eq!(values(&c, &t).await, want);
     }
 
     /// A rewrite reads and writes without the commit lock, so appends commit
