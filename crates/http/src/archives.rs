@@ -8,7 +8,7 @@ use axum::Json;
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 use znippy_format::{ArchiveProps, ReadAt};
-use znippy_store::{CreateOptions, OpenSealed, State as ArchiveState, StoreError};
+use znippy_store::{CreateOptions, OpenSealed, State as ArchiveState};
 
 use crate::error::{ApiError, ErrorCode};
 use crate::extract::{ApiPath, ApiQuery, NoQuery};
@@ -187,15 +187,10 @@ pub(crate) async fn list(
     State(app): State<AppState>,
     _: ApiQuery<NoQuery>,
 ) -> Result<Json<ArchiveList>, ApiError> {
-    let mut archives = Vec::new();
-    for id in app.store.list().await? {
-        match app.store.info(&id).await {
-            // Dropped since it was listed, or not yet whole.
-            Err(StoreError::NoArchive(_)) => {}
-            r => archives.push(r?.into()),
-        }
-    }
-    Ok(Json(ArchiveList { archives }))
+    let archives = app.store.infos().await?;
+    Ok(Json(ArchiveList {
+        archives: archives.into_iter().map(Into::into).collect(),
+    }))
 }
 
 /// Inspect an archive

@@ -102,7 +102,7 @@ use std::sync::Arc;
 use iceberg::spec::SortOrder;
 use iceberg::table::Table;
 use iceberg::{ErrorKind, NamespaceIdent, TableCreation, TableIdent};
-use tokio::sync::{Mutex, Notify, OwnedMutexGuard};
+use tokio::sync::{Mutex, Notify, OnceCell, OwnedMutexGuard};
 use tokio_util::task::TaskTracker;
 use znippy_format::{
     ArchiveProps, Entry, InputFile, MetaCursor, MetaQuery, MetaSearch, MetaTable, Metadata,
@@ -680,13 +680,17 @@ impl std::fmt::Debug for SealGuard {
     }
 }
 
+/// An archive's entry in the map of open archives: set once its open is done.
+type Opening = Arc<OnceCell<Arc<Slot>>>;
+
 /// Live archives: in a data directory, or on a catalog and object storage.
 pub struct Store {
     catalog: Backend,
     /// The data directory, when there is one.
     dir: Option<PathBuf>,
     threads: usize,
-    open: Arc<Mutex<HashMap<String, Arc<Slot>>>>,
+    /// The archives opened, or being opened, in this process.
+    open: Arc<Mutex<HashMap<String, Opening>>>,
     /// Held through every create and drop. Each is several catalog steps,
     /// and a create that met a drop halfway would take the namespace the
     /// drop was emptying for one a create left unfinished, and remake its
@@ -946,26 +950,65 @@ impl Store {
         Ok(ids)
     }
 
-    /// The archive, opened (and recovered) on first use.
+    /// What every archive holds, in id order. Archives not open yet are
+    /// opened `threads` at a time: the first listing after a restart opens
+    /// them all. One dropped, or not yet whole, while this runs is left out.
+    pub async fn infos(&self) -> Result<Vec<ArchiveInfo>> {
+        use futures::stream::{self, StreamExt, TryStreamExt};
+        let infos: Vec<Option<ArchiveInfo>> = stream::iter(self.list().await?)
+            .map(|id| async move {
+                match self.info(&id).await {
+                    Err(StoreError::NoArchive(_)) => Ok(None),
+                    r => r.map(Some),
+                }
+            })
+            .buffered(self.threads)
+            .try_collect()
+            .await?;
+        Ok(infos.into_iter().flatten().collect())
+    }
+
+    /// The archive, opened (and recovered) on first use. Only the lookup
+    /// of its entry holds the map of open archives: first uses of different
+    /// archives (a listing after a restart) open them in parallel, and
+    /// first uses of one archive wait for the one open.
     async fn slot(&self, id: &str) -> Result<Arc<Slot>> {
         check_id(id)?;
-        let mut open = self.open.lock().await;
-        if let Some(a) = open.get(id) {
-            return Ok(Arc::clone(a));
-        }
+        let opening = {
+            let mut open = self.open.lock().await;
+            match open.get(id) {
+                Some(opening) => Arc::clone(opening),
+                // An id that is no archive makes no entry, so requests for
+                // made-up ids cannot grow the map.
+                None if !self.catalog.namespace_exists(&Self::ns(id)).await? => {
+                    return Err(StoreError::NoArchive(id.to_string()))
+                }
+                None => Arc::clone(open.entry(id.to_string()).or_default()),
+            }
+        };
+        opening
+            .get_or_try_init(|| self.open_slot(id))
+            .await
+            .cloned()
+    }
+
+    async fn open_slot(&self, id: &str) -> Result<Arc<Slot>> {
         let ns = Self::ns(id);
-        if !self.catalog.namespace_exists(&ns).await? {
-            return Err(StoreError::NoArchive(id.to_string()));
-        }
         let a = match LiveArchive::open(&self.catalog, id, &ns, self.threads, &self.plugins).await {
-            // A namespace whose create has not made its tables (yet).
-            Err(StoreError::Iceberg(e)) if e.kind() == ErrorKind::TableNotFound => {
+            // A namespace whose create has not made its tables (yet), or
+            // that a drop emptied since the entry was made.
+            Err(StoreError::Iceberg(e))
+                if matches!(
+                    e.kind(),
+                    ErrorKind::TableNotFound | ErrorKind::NamespaceNotFound
+                ) =>
+            {
                 return Err(StoreError::NoArchive(id.to_string()))
             }
             r => r?,
         };
         let engine_bound = self.budget.bound(a.props).await?;
-        let slot = Arc::new(Slot {
+        Ok(Arc::new(Slot {
             writer: Arc::new(Mutex::new(())),
             maintenance: Arc::default(),
             again: AtomicBool::new(false),
@@ -973,9 +1016,7 @@ impl Store {
             state: Arc::new(Mutex::new(a)),
             queued: Notify::new(),
             engine_bound,
-        });
-        open.insert(id.to_string(), Arc::clone(&slot));
-        Ok(slot)
+        }))
     }
 
     /// The archive's state, locked, for a read: an archive dropped while the

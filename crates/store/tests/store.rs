@@ -1200,3 +1200,63 @@ async fn two_nodes_append_to_one_archive_on_object_storage() {
         ));
     }
 }
+
+/// After a restart, first uses of different archives open them side by
+/// side (a listing opens them all), and first uses of one archive share
+/// its one open: appends racing with the listing and with each other all
+/// land, each read back whole, before and after the next restart. Two
+/// opens of one archive would be two writers of one sidecar.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn first_uses_after_a_restart_open_each_archive_once() {
+    let tmp = tempfile::tempdir().unwrap();
+    let ids: Vec<String> = (0..6).map(|i| format!("a{i}")).collect();
+    let store = Store::open(tmp.path(), 2).await.unwrap();
+    for id in &ids {
+        create(&store, id, false).await;
+        store
+            .append(id, vec![file("first", id.as_bytes())], None)
+            .await
+            .unwrap();
+    }
+    store.close().await;
+
+    let store = Arc::new(Store::open(tmp.path(), 2).await.unwrap());
+    let mut tasks = Vec::new();
+    for id in &ids {
+        for n in 0..3 {
+            let (store, id) = (Arc::clone(&store), id.clone());
+            tasks.push(tokio::spawn(async move {
+                let bytes = format!("{id}/{n}").repeat(1000);
+                let f = file(&format!("f{n}"), bytes.as_bytes());
+                store.append(&id, vec![f], None).await.map(|_| ())
+            }));
+        }
+    }
+    let listed = store.infos().await.unwrap();
+    for t in tasks {
+        t.await.unwrap().unwrap();
+    }
+    assert_eq!(
+        listed.iter().map(|i| i.id.as_str()).collect::<Vec<_>>(),
+        ids
+    );
+    let check = |store: Arc<Store>| {
+        let ids = ids.clone();
+        async move {
+            for info in store.infos().await.unwrap() {
+                assert_eq!(info.files, 4, "{}", info.id);
+            }
+            for id in &ids {
+                assert_eq!(read(&store, id, "first").await, id.as_bytes());
+                for n in 0..3 {
+                    let want = format!("{id}/{n}").repeat(1000);
+                    assert_eq!(read(&store, id, &format!("f{n}")).await, want.as_bytes());
+                }
+            }
+        }
+    };
+    check(Arc::clone(&store)).await;
+    Arc::into_inner(store).unwrap().close().await;
+    let store = Arc::new(Store::open(tmp.path(), 2).await.unwrap());
+    check(Arc::clone(&store)).await;
+}
