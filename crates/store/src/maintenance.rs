@@ -512,6 +512,13 @@ fn layout_leftovers(dir: &Path) -> Vec<PathBuf> {
 /// The files below `dir` whose names end with `suffix`; none if it cannot
 /// be read (a table without data files has no `data/`).
 fn files_named(dir: &Path, suffix: &str) -> Vec<PathBuf> {
+    let mut found = files_below(dir);
+    found.retain(|p| p.to_string_lossy().ends_with(suffix));
+    found
+}
+
+/// Every file below `dir`, in no order; none if it cannot be read.
+pub(crate) fn files_below(dir: &Path) -> Vec<PathBuf> {
     let mut found = Vec::new();
     let mut dirs = vec![dir.to_path_buf()];
     while let Some(dir) = dirs.pop() {
@@ -521,9 +528,7 @@ fn files_named(dir: &Path, suffix: &str) -> Vec<PathBuf> {
         for entry in entries.flatten() {
             match entry.file_type() {
                 Ok(t) if t.is_dir() => dirs.push(entry.path()),
-                Ok(t) if t.is_file() && entry.file_name().to_string_lossy().ends_with(suffix) => {
-                    found.push(entry.path())
-                }
+                Ok(t) if t.is_file() => found.push(entry.path()),
                 _ => {}
             }
         }

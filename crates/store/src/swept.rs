@@ -31,6 +31,7 @@ use iceberg::{Catalog, ErrorKind, Result, TableIdent};
 use redb::TableDefinition;
 
 use crate::catalog::{local_path, table_key, RedbCatalog};
+use crate::maintenance::files_below;
 
 /// Table keys (as in the catalog's `tables` map) a clean close found clean,
 /// each with the digest of the names below the table then.
@@ -43,20 +44,10 @@ pub(crate) type Opened = HashMap<String, (TableIdent, [u8; 32])>;
 /// A digest of the names of the files below `dir`, of any name: a file the
 /// sweep would not look at is still a sign that something wrote there.
 fn names_below(dir: &Path) -> [u8; 32] {
-    let mut names = Vec::new();
-    let mut dirs = vec![dir.to_path_buf()];
-    while let Some(dir) = dirs.pop() {
-        let Ok(entries) = std::fs::read_dir(&dir) else {
-            continue;
-        };
-        for entry in entries.flatten() {
-            match entry.file_type() {
-                Ok(t) if t.is_dir() => dirs.push(entry.path()),
-                Ok(_) => names.push(entry.path().into_os_string().into_encoded_bytes()),
-                Err(_) => {}
-            }
-        }
-    }
+    let mut names: Vec<Vec<u8>> = files_below(dir)
+        .into_iter()
+        .map(|p| p.into_os_string().into_encoded_bytes())
+        .collect();
     names.sort_unstable();
     let mut digest = blake3::Hasher::new();
     for name in names {
