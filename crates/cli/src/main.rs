@@ -14,7 +14,7 @@ use clap::{Args, Parser, Subcommand};
 use znippy_cli::{gather, meta_args, threads, PropsArgs};
 use znippy_format::{
     extract_all_with, undo_path, walk, Archive, ExtractOptions, Found, InputFile, MetaUpdate,
-    Metadata, Plugins, Recovery, Scan, ScanOptions, TarEntries, WALK_STACK,
+    Metadata, Plugins, Recovery, Scan, ScanOptions, Summary, TarEntries, WALK_STACK,
 };
 
 use znippy_cli::output::Output;
@@ -259,14 +259,14 @@ fn open(path: &Path) -> Result<Archive<File>> {
 
 fn run(cmd: Cmd) -> Result<ExitCode> {
     match cmd {
-        Cmd::Compress(args) => compress(args)?,
+        Cmd::Compress(args) => return compress(args),
         Cmd::Decompress(args) => decompress(args)?,
         Cmd::Read(cmd) => return read(cmd),
         Cmd::Live { args } => return Err(server("live", args)),
         Cmd::Serve { args } => return Err(server("serve", args)),
         Cmd::Gc { args } => return Err(server("gc", args)),
         Cmd::Seal { args } => return Err(server("seal", args)),
-        Cmd::Append(args) => append(args)?,
+        Cmd::Append(args) => return append(args),
         Cmd::Recover(args) => recover(args)?,
         Cmd::Handlers => handlers()?,
         Cmd::Sign(args) => sign(args)?,
@@ -288,7 +288,21 @@ fn read(cmd: ReadCmd) -> Result<ExitCode> {
     cmd.run(&open(archive)?)
 }
 
-fn compress(args: CompressArgs) -> Result<()> {
+/// A warning for each file that changed while it was read, and exit status
+/// 1 if any did: the archive is written, but it may hold no version of those
+/// files that was ever whole on disk (as `tar` says "file changed as we read
+/// it" and exits 1).
+fn changed(summary: &Summary) -> ExitCode {
+    for c in &summary.changed {
+        eprintln!("znippy: {c}");
+    }
+    match summary.changed.is_empty() {
+        true => ExitCode::SUCCESS,
+        false => ExitCode::from(1),
+    }
+}
+
+fn compress(args: CompressArgs) -> Result<ExitCode> {
     let CompressArgs {
         dir,
         tar,
@@ -340,7 +354,7 @@ fn compress(args: CompressArgs) -> Result<()> {
         summary.bytes_in,
         summary.archive_len,
     );
-    Ok(())
+    Ok(changed(&summary))
 }
 
 fn decompress(args: DecompressArgs) -> Result<()> {
@@ -365,7 +379,7 @@ fn decompress(args: DecompressArgs) -> Result<()> {
     Ok(())
 }
 
-fn append(args: AppendArgs) -> Result<()> {
+fn append(args: AppendArgs) -> Result<ExitCode> {
     let AppendArgs {
         archive,
         inputs,
@@ -402,7 +416,7 @@ fn append(args: AppendArgs) -> Result<()> {
         bar.inc(n)
     })?;
     bar.finish("appended", s.files, s.bytes_in, s.archive_len);
-    Ok(())
+    Ok(changed(&s))
 }
 
 fn handlers() -> Result<()> {

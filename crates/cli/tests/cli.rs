@@ -821,3 +821,38 @@ fn unreadable_files_fail_by_name_unless_skipped() {
     let listed = ok(&["list", s(&arc)]);
     assert_eq!(String::from_utf8_lossy(&listed.stdout), "ok.txt\n");
 }
+
+/// A file that is not the size it was listed at when it is read (a file
+/// in /proc says 0 bytes and holds more) is named on standard error, the
+/// archive is written with what was read, and the exit status is 1, as
+/// `tar` does for "file changed as we read it". An append says the same.
+#[test]
+fn a_file_that_changed_as_it_was_read_is_named_and_exits_1() {
+    let tmp = tempfile::tempdir().unwrap();
+    let src = tmp.path().join("src");
+    std::fs::create_dir(&src).unwrap();
+    std::fs::write(src.join("steady.txt"), "steady").unwrap();
+    std::os::unix::fs::symlink("/proc/self/status", src.join("status")).unwrap();
+    let arc = tmp.path().join("a.znippy");
+    let out = znippy(&["compress", s(&src), "-o", s(&arc), "--dereference"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("znippy: status changed as it was read: 0 bytes when listed, "),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("steady.txt"), "{stderr}");
+    ok(&["verify", s(&arc)]);
+    let got = ok(&["get", s(&arc), "status"]).stdout;
+    assert!(got.starts_with(b"Name:"), "{}", String::from_utf8_lossy(&got));
+    assert_eq!(ok(&["get", s(&arc), "steady.txt"]).stdout, b"steady");
+
+    let more = tmp.path().join("more");
+    std::fs::create_dir(&more).unwrap();
+    std::os::unix::fs::symlink("/proc/self/status", more.join("again")).unwrap();
+    let out = znippy(&["append", s(&arc), s(&more), "--dereference"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("changed as it was read"), "{stderr}");
+    ok(&["verify", s(&arc)]);
+}

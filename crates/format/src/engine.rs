@@ -145,6 +145,32 @@ pub struct Batch {
     pub packages: Packages,
     /// Its statistics.
     pub stats: BatchStats,
+    /// The files whose size when read was not their size when listed.
+    pub changed: Vec<Changed>,
+}
+
+/// A file whose size when it was read differs from its size when the walk
+/// listed it: it changed while the batch ran, and is stored as it was read,
+/// which may be no version of it that was ever whole on disk (`tar`'s "file
+/// changed as we read it"). A change that keeps the size is not seen.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Changed {
+    /// Its path in the archive.
+    pub path: String,
+    /// Its size when listed.
+    pub listed: u64,
+    /// The bytes stored.
+    pub read: u64,
+}
+
+impl std::fmt::Display for Changed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{} changed as it was read: {} bytes when listed, {} stored",
+            self.path, self.listed, self.read
+        )
+    }
 }
 
 /// Statistics of one batch.
@@ -282,6 +308,7 @@ impl Engine {
                 rows: Vec::new(),
                 pack: None,
                 stats: BatchStats::default(),
+                changed: Vec::new(),
                 probe: None,
                 probes: None,
             };
@@ -289,6 +316,7 @@ impl Engine {
             let Producer {
                 rows,
                 mut stats,
+                changed,
                 lanes,
                 probes,
                 ..
@@ -307,6 +335,7 @@ impl Engine {
                 rows,
                 packages,
                 stats,
+                changed,
             })
         })
     }
@@ -361,6 +390,7 @@ struct Producer<'e, 'scope, 'env> {
     /// before it is known whether that file is small.
     pack: Option<Buffers>,
     stats: BatchStats,
+    changed: Vec<Changed>,
     /// The plugin that claimed the file being read, and what it will see.
     probe: Option<(Arc<dyn Plugin>, Window)>,
     /// The plugins' threads, once a file is claimed.
@@ -391,6 +421,10 @@ impl<'scope> Producer<'_, 'scope, '_> {
                 reason: "only regular files, symbolic links and directories are archived".into(),
             })?;
             let mode = file.mode.map(|m| kind.mode(m));
+            let listed = match file.source {
+                Source::Path { size, .. } => Some(size),
+                _ => None,
+            };
             let what = || format!("reading {}", file.path);
             let mut reader: Box<dyn Read + Send> = match file.source {
                 Source::Path { ref path, size } => Box::new(Scanned {
@@ -444,6 +478,16 @@ impl<'scope> Producer<'_, 'scope, '_> {
             }
             if let Some((plugin, window)) = self.probe.take() {
                 self.probes().read(plugin, file.path.clone(), window);
+            }
+            if let Some(listed) = listed {
+                let read = self.rows[first_row..].iter().map(|r| r.size).sum();
+                if read != listed {
+                    self.changed.push(Changed {
+                        path: file.path.clone(),
+                        listed,
+                        read,
+                    });
+                }
             }
             spans.insert(file.path, first_row..self.rows.len());
         }

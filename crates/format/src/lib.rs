@@ -106,7 +106,7 @@ mod undo;
 mod writer;
 
 pub use blobs::{BlobRegion, BlobScratch};
-pub use engine::{codec_calls, Batch, BatchStats, Engine, InputFile, Source};
+pub use engine::{codec_calls, Batch, BatchStats, Changed, Engine, InputFile, Source};
 pub use error::{Error, Result};
 pub use extract::{extract_all, extract_all_with, ExtractOptions, ExtractStats};
 pub use failpoint::failpoint;

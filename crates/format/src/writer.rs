@@ -6,7 +6,7 @@ use std::fs::{File, OpenOptions, TryLockError};
 use std::io::{self, BufWriter, Seek, SeekFrom, Write};
 use std::path::Path;
 
-use crate::engine::{Batch, BatchStats, Engine, InputFile};
+use crate::engine::{Batch, Changed, Engine, InputFile};
 use crate::error::{Error, Result};
 use crate::meta::{MetaTable, Metadata};
 use crate::package::{Packages, Plugins};
@@ -17,7 +17,7 @@ use crate::tail::{write_tail, Tail, TailInfo};
 use crate::undo::{self, Recovery};
 
 /// What a compress or append did.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Summary {
     /// Files read from the input.
     pub files: u64,
@@ -31,13 +31,17 @@ pub struct Summary {
     pub archive_len: u64,
     /// Rows of the package sections afterwards.
     pub package_rows: u64,
+    /// The files that changed while they were read (stored as read).
+    pub changed: Vec<Changed>,
 }
 
 impl Summary {
-    fn add(&mut self, s: BatchStats) {
+    fn add(&mut self, batch: &mut Batch) {
+        let s = batch.stats;
         self.files += s.files;
         self.bytes_in += s.bytes_in;
         self.deduped_slices += s.deduped_slices;
+        self.changed.append(&mut batch.changed);
     }
 }
 
@@ -118,8 +122,8 @@ where
     let mut packages = Packages::default();
     let mut summary = Summary::default();
     for batch in batches {
-        let batch = engine.write_batch(batch, out, progress)?;
-        summary.add(batch.stats);
+        let mut batch = engine.write_batch(batch, out, progress)?;
+        summary.add(&mut batch);
         if merge(&mut live, &mut packages, batch)? {
             // Dedupe sees live slices only, as an append reopening the archive
             // would: so batches in one go and batch-by-batch appends agree.
@@ -358,8 +362,9 @@ where
     let mut out = BufWriter::new(file);
     out.seek(SeekFrom::Start(blob_end))
         .map_err(|e| Error::io("seeking in the archive", e))?;
-    let batch = engine.write_batch(batch, &mut out, progress)?;
-    let stats = batch.stats;
+    let mut batch = engine.write_batch(batch, &mut out, progress)?;
+    let mut summary = Summary::default();
+    summary.add(&mut batch);
     if cfg!(feature = "failpoints") {
         // The new blobs over the old tail, no new tail yet: the archive is
         // unreadable here but for its undo file.
@@ -392,8 +397,6 @@ where
         .and_then(|_| crate::durable::sync_all(file, path))
         .map_err(|e| Error::io("finishing the archive", e))?;
     crate::failpoint("append.synced");
-    let mut summary = Summary::default();
-    summary.add(stats);
     summary.archive_files = count_files(&live);
     summary.archive_len = archive_len;
     summary.package_rows = packages.rows().count() as u64;

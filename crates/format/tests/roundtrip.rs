@@ -10,7 +10,8 @@ use std::path::Path;
 use common::*;
 use sha2::{Digest, Sha256};
 use znippy_format::{
-    compress, extract_all, scan_dir, Archive, ArchiveProps, Error, Metadata, ScanOptions,
+    compress, extract_all, scan_dir, Archive, ArchiveProps, Error, InputFile, Metadata,
+    ScanOptions, Source,
 };
 
 fn compress_dir(dir: &Path, out: &Path, props: ArchiveProps, threads: usize) {
@@ -281,5 +282,61 @@ fn a_file_of_many_pieces_reads_the_same_on_any_number_of_threads() {
             .read_entry_on("big", &mut Full { left: 20 << 10 }, threads)
             .unwrap_err();
         assert!(err.to_string().contains("disk full"), "{err}");
+    }
+}
+
+/// A file whose size when read is not its size when listed changed while
+/// the batch ran: the summary names it, with both sizes, and the archive
+/// holds what was read. Files read as listed, and streams (which have no
+/// listed size), are not named.
+#[test]
+fn a_file_read_at_another_size_than_listed_is_named_and_stored_as_read() {
+    let tmp = tempfile::tempdir().unwrap();
+    let props = small_props();
+    let big: Vec<u8> = (0..200_000u32).map(|i| (i * 7 % 251) as u8).collect();
+    let on_disk = [
+        ("grew", b"ten bytes!".to_vec(), 4),
+        ("shrank", big.clone(), 300_000),
+        ("same", big[..5000].to_vec(), 5000),
+        ("emptied", Vec::new(), 9),
+    ];
+    let mut inputs = Vec::new();
+    for (name, bytes, listed) in &on_disk {
+        let path = tmp.path().join(name);
+        std::fs::write(&path, bytes).unwrap();
+        inputs.push(Ok(InputFile {
+            path: name.to_string(),
+            mode: Some(0o644),
+            source: Source::Path {
+                path,
+                size: *listed,
+            },
+        }));
+    }
+    inputs.push(Ok(InputFile::from_bytes("stream", b"x".to_vec(), None)));
+    let mut out = Vec::new();
+    let summary = compress(&mut out, [inputs], props, 2, &Metadata::Absent, &mut |_| {}).unwrap();
+    let named: Vec<(String, u64, u64)> = summary
+        .changed
+        .iter()
+        .map(|c| (c.path.clone(), c.listed, c.read))
+        .collect();
+    assert_eq!(
+        named,
+        [
+            ("grew".to_string(), 4, 10),
+            ("shrank".to_string(), 300_000, 200_000),
+            ("emptied".to_string(), 9, 0),
+        ]
+    );
+    assert_eq!(
+        summary.changed[0].to_string(),
+        "grew changed as it was read: 4 bytes when listed, 10 stored"
+    );
+    let archive = Archive::open(out).unwrap();
+    for (name, bytes, _) in &on_disk {
+        let mut got = Vec::new();
+        archive.read_entry(name, &mut got).unwrap();
+        assert_eq!(&got, bytes, "{name}");
     }
 }
