@@ -844,7 +844,11 @@ fn a_file_that_changed_as_it_was_read_is_named_and_exits_1() {
     assert!(!stderr.contains("steady.txt"), "{stderr}");
     ok(&["verify", s(&arc)]);
     let got = ok(&["get", s(&arc), "status"]).stdout;
-    assert!(got.starts_with(b"Name:"), "{}", String::from_utf8_lossy(&got));
+    assert!(
+        got.starts_with(b"Name:"),
+        "{}",
+        String::from_utf8_lossy(&got)
+    );
     assert_eq!(ok(&["get", s(&arc), "steady.txt"]).stdout, b"steady");
 
     let more = tmp.path().join("more");
