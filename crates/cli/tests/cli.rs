@@ -248,9 +248,6 @@ fn get_list_info_and_help() {
     assert!(!tmp.path().join("g.znippy.partial").exists());
 }
 
-/// `-o` onto something that is not a regular file writes through it: a
-/// rename over `/dev/null` would, as root, leave a regular file there. A
-/// FIFO and a link stand in for the device here.
 /// `--pack-size` is taken as given, or defaults to 512 KiB within the
 /// threshold and the chunk size; out of those bounds it is refused before
 /// the output is made.
@@ -295,6 +292,9 @@ fn the_pack_size_is_asked_for_or_fits_the_other_properties() {
     }
 }
 
+/// `-o` onto something that is not a regular file writes through it: a
+/// rename over `/dev/null` would, as root, leave a regular file there. A
+/// FIFO and a link stand in for the device here.
 #[test]
 fn an_output_that_is_not_a_regular_file_is_written_through() {
     use std::os::unix::fs::FileTypeExt;
